@@ -1,0 +1,49 @@
+"""Command line: ``python -m autograder {release,grade} ...``."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from . import ROOT, assignments
+
+
+def _cmd_release(args) -> int:
+    from .release import release
+
+    for path in release(args.assignments or None, out_dir=args.out):
+        print(f"released {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+def _cmd_grade(args) -> int:
+    from .grade import grade
+
+    report = grade(args.assignment, Path(args.submissions), out_dir=args.out,
+                   cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout)
+    print(report.table())
+    print(f"\ngrades: {report.csv_path}\nfeedback: {report.feedback_dir}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder",
+                                     description="Release and grade the course's nbgrader assignments.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("release", help="regenerate exercises/ from solutions/ (deterministic)")
+    p.add_argument("assignments", nargs="*", help=f"default: all ({', '.join(assignments())})")
+    p.add_argument("--out", type=Path, default=None, help="release directory (default: exercises/)")
+    p.set_defaults(func=_cmd_release)
+
+    p = sub.add_parser("grade", help="autograde a folder of submitted notebooks")
+    p.add_argument("assignment", help="assignment id, e.g. attention")
+    p.add_argument("submissions", help="folder with one .ipynb per student; the student id is the file name")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where grades.csv and feedback go (default: grading/reports/ASSIGNMENT)")
+    p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 300)")
+    p.add_argument("--notebook-timeout", type=int, default=None, help="seconds per notebook (default 1800)")
+    p.set_defaults(func=_cmd_grade)
+
+    args = parser.parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,87 @@
+"""coursekit: the plumbing shared by the book pages and the assignments.
+
+Device choice, seeding, environment report, locating the course checkout.
+Data and model loading live in ``coursekit.data`` and ``coursekit.models``;
+plotting and glue helpers for book pages in ``coursekit.book``.
+
+Reference solutions of graded functions never live here: students import this
+package, so anything in it is visible to them.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import random
+import sys
+from pathlib import Path
+
+__all__ = ["REPO", "REPO_URL", "get_device", "seed_everything", "setup_notebook",
+           "repo_root", "on_colab"]
+
+# The GitHub repository that Colab links, the book's launch buttons and the
+# notebooks' setup cells point at.  _config.yml repeats it (a test keeps them equal).
+REPO = "transformers-course/transformers-course"
+REPO_URL = f"https://github.com/{REPO}"
+BRANCH = "main"
+
+
+def on_colab() -> bool:
+    """True inside a Google Colab runtime."""
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def repo_root() -> Path | None:
+    """The course checkout this package was installed from (editable install or
+    a clone on sys.path), or None when installed from git without a checkout."""
+    here = Path(__file__).resolve().parent.parent
+    if (here / "_config.yml").exists() and (here / "solutions").is_dir():
+        return here
+    for parent in [Path.cwd(), *Path.cwd().parents]:
+        if (parent / "_config.yml").exists() and (parent / "coursekit").is_dir():
+            return parent
+    return None
+
+
+def get_device(prefer: str | None = None):
+    """The torch device to use: ``COURSE_DEVICE`` if set, else CUDA, MPS, CPU."""
+    import torch
+
+    choice = prefer or os.environ.get("COURSE_DEVICE", "").strip().lower()
+    if choice:
+        return torch.device(choice)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy and torch (all devices) so a run can be repeated."""
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover - numpy ships with torch installs
+        pass
+    import torch
+
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def setup_notebook(seed: int = 0, quiet: bool = False):
+    """Seed everything, pick the device and print what was found.
+
+    Returns the device; notebooks keep it as ``DEVICE`` and move tensors there.
+    """
+    import torch
+
+    seed_everything(seed)
+    device = get_device()
+    if not quiet:
+        where = "Colab" if on_colab() else platform.node() or "local"
+        gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else "none"
+        print(f"python {platform.python_version()} | torch {torch.__version__} | "
+              f"device {device} (GPU: {gpu}) | runtime {where} | seed {seed}")
+    return device

@@ -1,0 +1,124 @@
+"""Helpers for the book pages: gluing computed numbers into prose, and a few
+plotting conveniences so every page looks the same.
+
+Gluing
+------
+A page computes a number in a code cell and calls ``glue("name", value)``; the
+prose then cites it with a MyST role instead of typing it in::
+
+    The error is {glue:text}`err:.2e` and the total is {glue:text}`total:,d`.
+
+``glue:text`` formats the glued ``text/plain`` value with the format spec after
+the last colon (the spec must end with its type letter: ``f``, ``e``, ``d``,
+``g``, ``%`` or ``s``).  A value glued with ``fmt=`` is stored as an already
+formatted string and is cited without a spec: {glue:text}`name`.
+
+When ``myst_nb`` is not installed (e.g. on Colab) ``glue`` prints
+``name = value`` instead, so the pages run anywhere.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Sequence
+
+__all__ = ["glue", "heatmap", "fit_loglog_slope", "set_style"]
+
+
+def _plain(value: Any) -> Any:
+    """Turn numpy / torch scalars into Python scalars.
+
+    ``glue:text`` parses the ``text/plain`` repr with ``ast.literal_eval``; numpy 2
+    writes ``np.float64(0.5)`` there, which it cannot parse.
+    """
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        value = item()
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
+def glue(name: str, value: Any, fmt: str | None = None) -> Any:
+    """Store ``value`` under ``name`` for ``{glue:text}`` roles in the page's prose.
+
+    ``fmt`` (a format spec such as ``",d"`` or ``".3f"``) stores the formatted
+    string instead of the number. Returns what was stored.
+    """
+    value = _plain(value)
+    if fmt is not None:
+        value = format(value, fmt)
+    try:
+        from myst_nb import glue as _myst_glue
+    except ImportError:
+        print(f"{name} = {value}")
+    else:
+        _myst_glue(name, value, display=False)
+    return value
+
+
+def set_style() -> None:
+    """One look for every page: readable sizes, light grid, tight layout."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update({
+        "figure.figsize": (6.4, 4.0),
+        "figure.dpi": 100,
+        "figure.autolayout": True,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "font.size": 10,
+        "legend.frameon": False,
+    })
+
+
+def heatmap(ax, matrix, xlabels: Sequence | None = None, ylabels: Sequence | None = None,
+            title: str | None = None, *, xlabel: str | None = None,
+            ylabel: str | None = None, cmap: str = "viridis", vmin=None, vmax=None,
+            colorbar: bool = True, annotate: bool = False, fmt: str = ".2f"):
+    """Draw a 2-D array onto ``ax`` (rows top to bottom) and return the image.
+
+    Tick labels are drawn only when given; ``annotate`` writes each value in its
+    cell (for small matrices such as attention weights).
+    """
+    import numpy as np
+
+    data = matrix.detach().cpu().numpy() if hasattr(matrix, "detach") else np.asarray(matrix)
+    if data.ndim != 2:
+        raise ValueError(f"heatmap needs a 2-D array, got shape {data.shape}")
+    im = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
+                   interpolation="nearest")
+    ax.grid(False)
+    if xlabels is not None:
+        ax.set_xticks(range(len(xlabels)), [str(s) for s in xlabels], rotation=90)
+    if ylabels is not None:
+        ax.set_yticks(range(len(ylabels)), [str(s) for s in ylabels])
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if annotate:
+        lo, hi = np.nanmin(data), np.nanmax(data)
+        mid = (lo + hi) / 2
+        for i in range(data.shape[0]):
+            for j in range(data.shape[1]):
+                ax.text(j, i, format(data[i, j], fmt), ha="center", va="center",
+                        fontsize=7, color="black" if data[i, j] > mid else "white")
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return im
+
+
+def fit_loglog_slope(x, y) -> float:
+    """Least-squares slope of log(y) against log(x): the exponent p in y ~ x**p."""
+    import numpy as np
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
