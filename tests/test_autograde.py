@@ -1,0 +1,164 @@
+"""End-to-end autograding of the attention assignment on a batch of submissions."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import uuid
+
+import nbformat
+import pytest
+
+from autograder.grade import grade, student_id_from_name
+from conftest import ROOT, read_nb, run, set_solution
+
+SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
+EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
+
+WRONG_ATTENTION = '''
+hs = q.size(-1)
+scores = q @ k.transpose(-2, -1) / math.sqrt(hs)
+if mask is not None:
+    scores = scores.masked_fill(~mask, float("-inf"))
+weights = torch.softmax(scores, dim=-2)  # normalises over queries instead of keys
+return weights @ v, weights
+'''
+
+# forward() that delegates to the Q1/Q2 functions, which Q3 forbids
+DELEGATING_FORWARD = '''
+B, T, C = query.shape
+split = lambda t: t.view(B, -1, self.n_head, self.head_size).transpose(1, 2)
+q, k, v = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
+y, weights = calculate_multihead_attention(q, k, v, mask)
+return self.out_proj(y.transpose(1, 2).reshape(B, T, C)), weights
+'''
+
+# results that claim equality with everything
+EQ_CHEAT = '''
+class Anything:
+    shape = None
+    def __eq__(self, other):
+        return True
+    def __getattr__(self, name):
+        return lambda *a, **k: self
+return Anything(), Anything(), Anything()
+'''
+
+
+def colab_saved(nb):
+    """What a notebook looks like after a round trip through Colab: nbformat 4.0
+    cells with ids in metadata, Colab's notebook metadata, outputs kept."""
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    nb.nbformat_minor = 0
+    nb.metadata = {"colab": {"provenance": [], "name": "attention.ipynb", "gpuType": "T4"},
+                   "kernelspec": {"name": "python3", "display_name": "Python 3"},
+                   "language_info": {"name": "python"}, "accelerator": "GPU"}
+    for i, cell in enumerate(nb.cells):
+        cell.pop("id", None)
+        cell.metadata["id"] = uuid.UUID(int=i).hex[:12]
+        if cell.cell_type == "code":
+            cell.metadata["colab"] = {"base_uri": "https://localhost:8080/"}
+            cell.metadata["outputId"] = uuid.UUID(int=1000 + i).hex
+            cell.execution_count = i
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran on Colab\n")]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("submissions")
+    source = read_nb(SOURCE)
+    nbformat.write(source, subs / "full.ipynb")
+    (subs / "untouched_attention.ipynb").write_bytes(EXERCISE.read_bytes())
+    nbformat.write(set_solution(read_nb(SOURCE), "calculate_multihead_attention", WRONG_ATTENTION),
+                   subs / "wrong_q2.ipynb")
+    nbformat.write(set_solution(read_nb(SOURCE), "multi_head_attention", DELEGATING_FORWARD),
+                   subs / "delegates.ipynb")
+    nbformat.write(set_solution(read_nb(SOURCE), "get_multihead_qkv", EQ_CHEAT), subs / "eqcheat.ipynb")
+    colab = colab_saved(read_nb(SOURCE))
+    (subs / "colab.ipynb").write_text(json.dumps(colab, indent=1))
+    (subs / "corrupt.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')
+    (subs / "report.pdf").write_bytes(b"%PDF-1.4 not a notebook")
+    nbformat.write(set_solution(read_nb(SOURCE), "get_multihead_qkv", "import os\nos._exit(3)"),
+                   subs / "crash.ipynb")
+    out = tmp_path_factory.mktemp("out")
+    report = grade("attention", subs, out_dir=out, grading_dir=out / "grading")
+    return report, {r.student_id: r for r in report.results}, out
+
+
+def test_solution_scores_full_marks(graded):
+    _, res, _ = graded
+    assert res["full"].status == "graded"
+    assert res["full"].max_score == 30
+    assert res["full"].score == 30
+
+
+def test_untouched_student_notebook_scores_zero_without_crashing(graded):
+    _, res, _ = graded
+    assert res["untouched"].status == "graded", res["untouched"].message
+    assert res["untouched"].score == 0
+
+
+def test_one_wrong_function_loses_exactly_its_points(graded):
+    _, res, _ = graded
+    assert res["wrong_q2"].status == "graded"
+    assert res["wrong_q2"].score == 30 - 6  # Q2 is worth 6, nothing else changes
+
+
+def test_module_calling_the_helper_functions_loses_q3(graded):
+    _, res, _ = graded
+    assert res["delegates"].score == 30 - 12
+
+
+def test_object_overriding_eq_does_not_pass(graded):
+    _, res, _ = graded
+    assert res["eqcheat"].score == 30 - 6
+
+
+def test_colab_saved_notebook_grades_like_the_original(graded):
+    _, res, _ = graded
+    assert res["colab"].status == "graded", res["colab"].message
+    assert res["colab"].score == res["full"].score
+
+
+def test_bad_files_get_a_clear_line_and_zero(graded):
+    report, res, _ = graded
+    assert res["corrupt"].score == 0 and "corrupt notebook" in res["corrupt"].message
+    assert res["report"].score == 0 and "not a notebook" in res["report"].message
+    assert res["crash"].score == 0 and "kernel" in res["crash"].message
+    table = report.table()
+    for sid in ("full", "untouched", "corrupt", "report", "crash"):
+        assert sid in table
+    assert "9 submissions: 6 graded, 3 with errors" in table
+
+
+def test_grades_csv_and_feedback(graded):
+    report, res, out = graded
+    rows = list(csv.DictReader(open(report.csv_path)))
+    assert {r["student_id"] for r in rows} == set(res)
+    by_id = {r["student_id"]: r for r in rows}
+    assert float(by_id["full"]["score"]) == 30 and by_id["full"]["status"] == "graded"
+    assert float(by_id["corrupt"]["score"]) == 0 and by_id["corrupt"]["status"] == "error"
+    for sid in ("full", "untouched", "wrong_q2", "colab"):
+        page = (out / "feedback" / f"{sid}.html").read_text()
+        assert "hidden tests ran here" in page
+        assert "BEGIN HIDDEN TESTS" not in page and "einsum</span><span" not in page
+
+
+def test_student_id_from_file_name(tmp_path):
+    assert student_id_from_name(tmp_path / "s123_attention.ipynb", "attention") == "s123"
+    assert student_id_from_name(tmp_path / "Ann Lee.ipynb", "attention") == "Ann_Lee"
+    assert student_id_from_name(tmp_path / "bob.ipynb", "attention") == "bob"
+
+
+def test_cli_grade_prints_summary(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "x.ipynb").write_text("not json")
+    (subs / "y.txt").write_text("hello")
+    proc = run([sys.executable, "-m", "autograder", "grade", "attention", str(subs),
+                "--out", str(tmp_path / "out")])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "corrupt notebook: x.ipynb" in proc.stdout
+    assert "not a notebook: y.txt" in proc.stdout
+    assert (tmp_path / "out" / "grades.csv").exists()

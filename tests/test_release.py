@@ -1,0 +1,99 @@
+"""solutions/ -> exercises/: deterministic, in sync, nothing leaks, nbgrader validates."""
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from nbgrader.validator import Validator
+
+from autograder import assignments
+from autograder.release import release
+from conftest import ROOT, read_nb, secret_lines, source_notebooks
+
+ASSIGNMENTS = assignments()
+
+
+def test_every_source_has_a_committed_exercise():
+    assert ASSIGNMENTS, "no assignment in solutions/"
+    for src in source_notebooks():
+        ex = ROOT / "exercises" / src.parent.name / src.name
+        assert ex.exists(), f"{ex.relative_to(ROOT)} missing: run `python -m autograder release`"
+
+
+def test_release_is_deterministic_and_in_sync(tmp_path):
+    """Regenerating gives byte-identical files, equal to the committed exercises/."""
+    first = release(out_dir=tmp_path / "a")
+    second = release(out_dir=tmp_path / "b")
+    assert [p.relative_to(tmp_path / "a") for p in first] == [p.relative_to(tmp_path / "b") for p in second]
+    for p in first:
+        rel = p.relative_to(tmp_path / "a")
+        assert p.read_bytes() == (tmp_path / "b" / rel).read_bytes(), f"{rel} differs between two releases"
+        committed = ROOT / "exercises" / rel
+        assert committed.exists(), f"exercises/{rel} is not committed"
+        assert p.read_bytes() == committed.read_bytes(), \
+            f"exercises/{rel} is out of date: run `python -m autograder release`"
+
+
+@pytest.mark.parametrize("path", [p for p in (ROOT / "exercises").rglob("*.ipynb")], ids=str)
+def test_committed_notebooks_have_no_outputs(path):
+    nb = read_nb(path)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: outputs committed"
+
+
+@pytest.mark.parametrize("src", source_notebooks(), ids=lambda p: p.parent.name)
+def test_no_solution_or_hidden_test_in_exercises(src):
+    nb = read_nb(src)
+    secrets = secret_lines(nb)
+    assert len(secrets) > 10, "the leak check found almost nothing to look for"
+    text = (ROOT / "exercises" / src.parent.name / src.name).read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+        assert marker not in text
+    student_lines = {ln.strip() for c in read_nb(ROOT / "exercises" / src.parent.name / src.name).cells
+                     for ln in c.source.splitlines()}
+    leaked = secrets & student_lines
+    assert not leaked, f"solution/hidden lines in the student notebook: {sorted(leaked)[:5]}"
+
+
+def _html_text(path) -> set[str]:
+    raw = path.read_text(errors="replace")
+    text = html.unescape(re.sub(r"<[^>]+>", "", raw))
+    return {ln.strip() for ln in text.splitlines()}
+
+
+def test_no_solution_or_hidden_test_in_built_html(built_book):
+    secrets = set()
+    for src in source_notebooks():
+        secrets |= secret_lines(read_nb(src))
+    pages = list(built_book.rglob("*.html"))
+    assert len(pages) >= 3
+    for page in pages:
+        leaked = secrets & _html_text(page)
+        assert not leaked, f"{page.relative_to(built_book)} shows solution/hidden lines: {sorted(leaked)[:3]}"
+    assert not (built_book / "solutions").exists() and not (built_book / "exercises").exists()
+
+
+@pytest.mark.parametrize("src", source_notebooks(), ids=lambda p: p.parent.name)
+def test_nbgrader_validate_solution_passes(src):
+    result = Validator().validate(str(src))
+    assert not result, f"nbgrader validate failed on {src.name}: {str(result)[:2000]}"
+
+
+@pytest.mark.parametrize("src", source_notebooks(), ids=lambda p: p.parent.name)
+def test_nbgrader_validate_invert_on_exercise(src):
+    """Untouched, every test cell with a visible assertion fails; only hidden-only cells
+    (a docstring left after the hidden tests were removed) pass."""
+    exercise = ROOT / "exercises" / src.parent.name / src.name
+    result = Validator(invert=True).validate(str(exercise))
+    passed = [c["source"] for c in result.get("passed", [])]
+    nb = read_nb(exercise)
+    test_cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+                  and not c.metadata["nbgrader"].get("solution") and c.cell_type == "code"]
+    hidden_only = [c for c in test_cells if "assert" not in c.source]
+    visible = [c for c in test_cells if "assert" in c.source]
+    assert visible, "every assignment needs visible tests"
+    assert len(passed) == len(hidden_only), f"cells passed on an untouched notebook: {passed}"
+    for cell in hidden_only:
+        assert cell.source.strip().startswith('"""'), "a hidden-only cell keeps its one-line docstring"
