@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 from pathlib import Path
 
 from . import ROOT, assignments
@@ -18,9 +18,15 @@ def _cmd_release(args) -> int:
 
 def _cmd_grade(args) -> int:
     from .grade import grade
+    from .release import ReleaseError
 
-    report = grade(args.assignment, Path(args.submissions), out_dir=args.out,
-                   cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout)
+    try:
+        report = grade(args.assignment, Path(args.submissions), out_dir=args.out,
+                       grading_dir=args.grading_dir, cell_timeout=args.cell_timeout,
+                       notebook_timeout=args.notebook_timeout)
+    except ReleaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(report.table())
     print(f"\ngrades: {report.csv_path}\nfeedback: {report.feedback_dir}")
     return 0
@@ -41,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("submissions", help="folder with one .ipynb per student; the student id is the file name")
     p.add_argument("--out", type=Path, default=None,
                    help="where grades.csv and feedback go (default: grading/reports/ASSIGNMENT)")
+    p.add_argument("--grading-dir", type=Path, default=None,
+                   help="gradebook and nbgrader folders (default: grading/)")
     p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 300)")
     p.add_argument("--notebook-timeout", type=int, default=None, help="seconds per notebook (default 1800)")
     p.set_defaults(func=_cmd_grade)

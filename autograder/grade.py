@@ -13,6 +13,7 @@ import nbformat
 
 from . import GRADING_DIR, ROOT, SOURCE_DIR
 from .release import nbgrader, release
+from .repair import repair
 
 DEFAULT_NOTEBOOK_TIMEOUT = 1800
 
@@ -75,6 +76,11 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
         nb = nbformat.reads(json.dumps(raw), as_version=4)  # also upgrades v3 notebooks
     except Exception as exc:  # nbformat raises several types for malformed files
         raise ValueError(f"corrupt notebook: {path.name} ({type(exc).__name__})") from None
+    if nb.nbformat_minor < 5:  # e.g. saved by Colab: give every cell the id nbformat 4.5 wants
+        nb.nbformat_minor = 5
+        for i, cell in enumerate(nb.cells):
+            cid = str(cell.get("id") or cell.metadata.get("id") or f"cell-{i}")
+            cell["id"] = re.sub(r"[^A-Za-z0-9_-]", "-", cid)[:64]
     return nb
 
 
@@ -116,6 +122,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
 
     # Record the assignment (cells, points, hidden tests) in the gradebook.
     release([assignment], out_dir=grading / "release", grading_dir=grading, root=root)
+    released = nbformat.read(grading / "release" / assignment / nb_name, as_version=4)
     max_points = _scores(grading, assignment, "\0no-such-student")[1]
 
     report = Report(assignment, csv_path=out_dir / "grades.csv", feedback_dir=feedback_dir)
@@ -134,6 +141,9 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
         except ValueError as exc:
             result.message = str(exc)
             continue
+        notes = repair(nb, released)
+        if notes:
+            result.message = f"repaired before grading: {'; '.join(notes)}"
         target = grading / "submitted" / sid / assignment
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
@@ -155,13 +165,17 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
             continue
         result.score, result.max_score = _scores(grading, assignment, sid)
         result.status = "graded"
+        if "CellTimeoutError" in autograded.read_text(errors="replace"):
+            result.message = (result.message + "; " if result.message else "") + \
+                "a cell hit the time limit and was stopped"
         fb = nbgrader(["generate_feedback", assignment, f"--student={sid}", "--force"],
                       root=root, grading_dir=grading, timeout=600)
         html = grading / "feedback" / sid / assignment / nb_name.replace(".ipynb", ".html")
         if fb.returncode == 0 and html.exists():
             shutil.copy(html, feedback_dir / f"{sid}.html")
         else:
-            result.message = "graded, but feedback failed: " + _last_error_line(fb.stdout + fb.stderr)
+            result.message = (result.message + "; " if result.message else "") + \
+                "feedback failed: " + _last_error_line(fb.stdout + fb.stderr)
 
     with open(report.csv_path, "w", newline="") as fh:
         writer = csv.writer(fh)

@@ -42,11 +42,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def glue(name: str, value: Any, fmt: str | None = None) -> Any:
+def glue(name: str, value: Any, fmt: str | None = None) -> None:
     """Store ``value`` under ``name`` for ``{glue:text}`` roles in the page's prose.
 
     ``fmt`` (a format spec such as ``",d"`` or ``".3f"``) stores the formatted
-    string instead of the number. Returns what was stored.
+    string instead of the number.  Returns None, so a ``glue`` call on the last
+    line of a cell does not echo the value.
     """
     value = _plain(value)
     if fmt is not None:
@@ -57,7 +58,6 @@ def glue(name: str, value: Any, fmt: str | None = None) -> Any:
         print(f"{name} = {value}")
     else:
         _myst_glue(name, value, display=False)
-    return value
 
 
 def set_style() -> None:

@@ -77,6 +77,19 @@ def graded(tmp_path_factory):
     nbformat.write(set_solution(read_nb(SOURCE), "get_multihead_qkv", EQ_CHEAT), subs / "eqcheat.ipynb")
     colab = colab_saved(read_nb(SOURCE))
     (subs / "colab.ipynb").write_text(json.dumps(colab, indent=1))
+    # Colab copy in which the student deleted the Q4 answer cell and wrote the class in a new
+    # cell (no grading metadata), and deleted the Q1 visible test cell
+    recreated = colab_saved(read_nb(SOURCE))
+    q4 = next(c for c in recreated.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "positional_encoding")
+    q4.metadata.pop("nbgrader")
+    recreated.cells = [c for c in recreated.cells
+                       if c.metadata.get("nbgrader", {}).get("grade_id") != "test_get_multihead_qkv_shapes"]
+    (subs / "recreated.ipynb").write_text(json.dumps(recreated, indent=1))
+    # an LMS round trip that dropped every cell's grading metadata
+    stripped = read_nb(SOURCE)
+    for cell in stripped.cells:
+        cell.metadata.pop("nbgrader", None)
+    nbformat.write(stripped, subs / "stripped.ipynb")
     (subs / "corrupt.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')
     (subs / "report.pdf").write_bytes(b"%PDF-1.4 not a notebook")
     nbformat.write(set_solution(read_nb(SOURCE), "get_multihead_qkv", "import os\nos._exit(3)"),
@@ -121,6 +134,15 @@ def test_colab_saved_notebook_grades_like_the_original(graded):
     assert res["colab"].score == res["full"].score
 
 
+def test_recreated_and_stripped_cells_are_repaired(graded):
+    _, res, out = graded
+    assert res["recreated"].score == 30, res["recreated"].message
+    assert "'positional_encoding' had lost its grading metadata" in res["recreated"].message
+    assert "'test_get_multihead_qkv_shapes' was missing and is restored" in res["recreated"].message
+    assert res["stripped"].score == 30, res["stripped"].message
+    assert "Grading notes" in (out / "feedback" / "recreated.html").read_text()
+
+
 def test_bad_files_get_a_clear_line_and_zero(graded):
     report, res, _ = graded
     assert res["corrupt"].score == 0 and "corrupt notebook" in res["corrupt"].message
@@ -129,7 +151,7 @@ def test_bad_files_get_a_clear_line_and_zero(graded):
     table = report.table()
     for sid in ("full", "untouched", "corrupt", "report", "crash"):
         assert sid in table
-    assert "9 submissions: 6 graded, 3 with errors" in table
+    assert "11 submissions: 8 graded, 3 with errors" in table
 
 
 def test_grades_csv_and_feedback(graded):
@@ -157,7 +179,7 @@ def test_cli_grade_prints_summary(tmp_path):
     (subs / "x.ipynb").write_text("not json")
     (subs / "y.txt").write_text("hello")
     proc = run([sys.executable, "-m", "autograder", "grade", "attention", str(subs),
-                "--out", str(tmp_path / "out")])
+                "--out", str(tmp_path / "out"), "--grading-dir", str(tmp_path / "grading")])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "corrupt notebook: x.ipynb" in proc.stdout
     assert "not a notebook: y.txt" in proc.stdout

@@ -26,13 +26,15 @@ def test_release_is_deterministic_and_in_sync(tmp_path):
     first = release(out_dir=tmp_path / "a")
     second = release(out_dir=tmp_path / "b")
     assert [p.relative_to(tmp_path / "a") for p in first] == [p.relative_to(tmp_path / "b") for p in second]
+    assert any(p.suffix == ".json" for p in first), "release must write the self-check specs"
     for p in first:
         rel = p.relative_to(tmp_path / "a")
         assert p.read_bytes() == (tmp_path / "b" / rel).read_bytes(), f"{rel} differs between two releases"
-        committed = ROOT / "exercises" / rel
-        assert committed.exists(), f"exercises/{rel} is not committed"
+        committed = (ROOT / "coursekit" / "checks" / rel.name if rel.parts[0] == ".checks"
+                     else ROOT / "exercises" / rel)
+        assert committed.exists(), f"{committed.relative_to(ROOT)} is not committed"
         assert p.read_bytes() == committed.read_bytes(), \
-            f"exercises/{rel} is out of date: run `python -m autograder release`"
+            f"{committed.relative_to(ROOT)} is out of date: run `python -m autograder release`"
 
 
 @pytest.mark.parametrize("path", [p for p in (ROOT / "exercises").rglob("*.ipynb")], ids=str)

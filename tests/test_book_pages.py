@@ -1,0 +1,171 @@
+"""Checks for the book pages and their helpers, without executing the pages.
+
+Executing the pages is nbval's job (``pytest --nbval-lax book/``); here we test
+``coursekit.book`` and the structure every page in ``book/`` must have.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: no display in CI
+
+import matplotlib.pyplot as plt  # noqa: E402
+import nbformat  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from coursekit import book  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted((ROOT / "book").glob("*.ipynb"))
+GLUE_ROLE = re.compile(r"\{glue(?::text|:any|:md|:)?\}`([^`]+)`")
+GLUE_CALL = re.compile(r"""\bglue\(\s*f?["']([^"']+)["']""")
+PLOT_CALL = re.compile(r"\b(plt\.(subplots|figure|plot|imshow|bar|hist|scatter)|heatmap)\(")
+# names the graded assignment asks students to write; pages must not hand them out
+ASSIGNMENT_NAMES = re.compile(
+    r"\bdef (get_multihead_qkv|calculate_multihead_attention)\b|\bclass MultiHeadAttention\b")
+
+
+def setup_cell_source() -> str:
+    """The setup cell as written in docs/CONVENTIONS.md (first python block)."""
+    text = (ROOT / "docs" / "CONVENTIONS.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, flags=re.S)
+    assert block, "CONVENTIONS.md has no python block with the setup cell"
+    return textwrap.dedent(block.group(1)).strip()
+
+
+# --------------------------------------------------------------------------- glue
+
+
+def test_glue_without_myst_nb_prints(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # makes `import myst_nb` fail
+    assert book.glue("answer", np.float64(0.25)) is None
+    assert capsys.readouterr().out.strip() == "answer = 0.25"
+
+
+def test_glue_without_myst_nb_formats(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "myst_nb", None)
+    book.glue("total", 22_829_056, fmt=",d")
+    assert capsys.readouterr().out.strip() == "total = 22,829,056"
+
+
+def test_glue_with_myst_nb_stores_plain_python_values(monkeypatch):
+    stored = {}
+    fake = type(sys)("myst_nb")
+    fake.glue = lambda name, value, display=True: stored.update({name: (value, display)})
+    monkeypatch.setitem(sys.modules, "myst_nb", fake)
+    torch = pytest.importorskip("torch")
+    book.glue("a", np.float32(1.5))
+    book.glue("b", torch.tensor(3))
+    book.glue("c", np.int64(7), fmt="03d")
+    assert stored == {"a": (1.5, False), "b": (3, False), "c": ("007", False)}
+    # glue:text parses the text/plain repr with literal_eval: it must not read np.float64(...)
+    assert type(stored["a"][0]) is float and type(stored["b"][0]) is int
+
+
+def test_plain_leaves_other_values_alone():
+    assert book._plain("text") == "text"
+    assert book._plain(True) is True
+    assert book._plain([1, 2]) == [1, 2]
+
+
+# ------------------------------------------------------------------------ plotting
+
+
+def test_heatmap_draws_on_axes():
+    fig, ax = plt.subplots()
+    try:
+        im = book.heatmap(ax, np.arange(6.0).reshape(2, 3), ["a", "b", "c"], ["x", "y"],
+                          "weights", xlabel="key", ylabel="query", annotate=True)
+        assert list(ax.images) == [im]
+        assert ax.get_title() == "weights"
+        assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query"
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y"]
+        assert len(ax.texts) == 6  # one annotation per cell
+        assert len(fig.axes) == 2  # the colour bar
+        np.testing.assert_array_equal(im.get_array(), np.arange(6.0).reshape(2, 3))
+    finally:
+        plt.close(fig)
+
+
+def test_heatmap_accepts_tensors_and_rejects_vectors():
+    torch = pytest.importorskip("torch")
+    fig, ax = plt.subplots()
+    try:
+        book.heatmap(ax, torch.eye(3, requires_grad=True), colorbar=False)
+        assert len(fig.axes) == 1 and ax.get_title() == ""
+        with pytest.raises(ValueError):
+            book.heatmap(ax, np.ones(3))
+    finally:
+        plt.close(fig)
+
+
+def test_fit_loglog_slope_and_style():
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    assert book.fit_loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
+    book.set_style()
+    assert matplotlib.rcParams["axes.grid"] is True
+
+
+# -------------------------------------------------------------------- page structure
+
+
+def test_there_are_pages():
+    assert PAGES, "book/ has no notebooks"
+
+
+@pytest.fixture(params=PAGES, ids=[p.name for p in PAGES])
+def page(request):
+    return request.param, nbformat.read(request.param, as_version=4)
+
+
+def test_page_is_valid_python3_notebook(page):
+    path, nb = page
+    nbformat.validate(nb)
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3", path.name
+    assert all("id" in cell for cell in nb.cells), f"{path.name}: cells without ids"
+
+
+def test_page_has_no_outputs_or_execution_counts(page):
+    path, nb = page
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}:{cell.id} has outputs"
+            assert cell.execution_count is None, f"{path.name}:{cell.id} has an execution count"
+
+
+def test_page_starts_with_title_then_setup_cell(page):
+    path, nb = page
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), path.name
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert first_code.source.strip() == setup_cell_source(), f"{path.name}: first code cell"
+
+
+def test_page_plots(page):
+    path, nb = page
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert PLOT_CALL.search(code), f"{path.name} makes no plot"
+
+
+def test_every_glued_name_in_prose_is_glued_in_code(page):
+    path, nb = page
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    cited = {ref.rsplit(":", 1)[0] if ":" in ref else ref for ref in GLUE_ROLE.findall(prose)}
+    glued = set(GLUE_CALL.findall(code))
+    # names built with f-strings (e.g. f"p4_slope_{key}_{metric}") match by their prefix
+    prefixes = {g.split("{", 1)[0] for g in glued if "{" in g}
+    missing = {c for c in cited if c not in glued and not any(c.startswith(p) for p in prefixes)}
+    assert not missing, f"{path.name}: cited but never glued: {sorted(missing)}"
+
+
+def test_page_does_not_hand_out_assignment_solutions(page):
+    path, nb = page
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert not ASSIGNMENT_NAMES.search(code), path.name
