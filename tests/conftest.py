@@ -31,6 +31,9 @@ def secret_lines(nb, min_len: int = 12) -> set[str]:
     for cell in nb.cells:
         src = cell.source
         regions = SOLUTION_RE.findall(src) + HIDDEN_RE.findall(src)
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not SOLUTION_RE.search(src):
+            regions.append(src)  # a whole-cell answer (e.g. a mark scheme) is secret too
         for region in regions:
             secret.update(ln.strip() for ln in region.splitlines() if len(ln.strip()) >= min_len)
         rest = HIDDEN_RE.sub("", SOLUTION_RE.sub("", src))
