@@ -23,12 +23,14 @@ def _cmd_grade(args) -> int:
     try:
         report = grade(args.assignment, Path(args.submissions), out_dir=args.out,
                        grading_dir=args.grading_dir, cell_timeout=args.cell_timeout,
-                       notebook_timeout=args.notebook_timeout)
+                       notebook_timeout=args.notebook_timeout, workers=args.workers,
+                       use_sandbox=args.sandbox, memory_mb=args.memory_mb)
     except ReleaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.table())
-    print(f"\ngrades: {report.csv_path}\nfeedback: {report.feedback_dir}")
+    print(f"\ngrades: {report.csv_path} (and canvas.csv, moodle.csv, histogram.png, pass_rates.png)"
+          f"\nfeedback: {report.feedback_dir}\ntime: {report.seconds:.0f} s")
     return 0
 
 
@@ -49,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="where grades.csv and feedback go (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--grading-dir", type=Path, default=None,
                    help="gradebook and nbgrader folders (default: grading/)")
+    p.add_argument("--workers", type=int, default=None, help="parallel graders (default: CPU cores)")
+    p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
+                   help="run student code in bubblewrap: auto (when available, else warn), on, off")
+    p.add_argument("--memory-mb", type=int, default=8192, help="address-space limit per kernel")
     p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 300)")
     p.add_argument("--notebook-timeout", type=int, default=None, help="seconds per notebook (default 1800)")
     p.set_defaults(func=_cmd_grade)

@@ -1,18 +1,32 @@
-"""Autograde a folder of submitted notebooks: one bad file never stops the others."""
+"""Autograde a folder of submitted notebooks: in parallel, sandboxed, and one bad
+file never stops the others.
+
+Pipeline: intake (parse, repair, tamper scan) -> N workers, each with its own
+copy of the gradebook, run ``nbgrader autograde`` and ``generate_feedback`` on
+their share of the students in one process each -> submissions a worker could
+not grade are retried alone, to name the cause -> worker gradebooks are merged
+into the course gradebook -> grades.csv, LMS exports, plots and a summary.
+"""
 from __future__ import annotations
 
 import csv
 import json
+import os
+import platform
 import re
 import shutil
+import sqlite3
 import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from . import GRADING_DIR, ROOT, SOURCE_DIR
-from .release import nbgrader, release
+from . import GRADING_DIR, ROOT, SOURCE_DIR, sandbox, tamper
+from .release import release
 from .repair import repair
 
 DEFAULT_NOTEBOOK_TIMEOUT = 1800
@@ -24,12 +38,16 @@ class Result:
     file: str
     score: float = 0.0
     max_score: float = 0.0
-    status: str = "error"  # "graded" or "error"
+    status: str = "error"  # "graded", "error" or "flagged"
     message: str = ""
+    tests: dict = field(default_factory=dict)  # grade_id -> (score, max_score)
 
     @property
     def percent(self) -> float:
         return 100.0 * self.score / self.max_score if self.max_score else 0.0
+
+    def note(self, text: str) -> None:
+        self.message = f"{self.message}; {text}" if self.message else text
 
 
 @dataclass
@@ -38,6 +56,9 @@ class Report:
     results: list[Result] = field(default_factory=list)
     csv_path: Path | None = None
     feedback_dir: Path | None = None
+    out_dir: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
 
     def table(self) -> str:
         """A fixed-width summary, one line per submission."""
@@ -50,14 +71,25 @@ class Report:
         graded = [r for r in self.results if r.status == "graded"]
         lines.append(f"{len(self.results)} submissions: {len(graded)} graded, "
                      f"{len(self.results) - len(graded)} with errors (scored 0)")
-        return "\n".join(line.rstrip() for line in lines)
+        return "\n".join(w for w in self.warnings) + ("\n" if self.warnings else "") + \
+            "\n".join(line.rstrip() for line in lines)
 
+
+# ----------------------------------------------------------------------------- intake
 
 def student_id_from_name(path: Path, assignment: str) -> str:
-    """``s123_attention.ipynb`` -> ``s123``; anything unusual becomes ``_``."""
-    stem = path.stem
-    stem = re.sub(rf"[_\-\s]*{re.escape(assignment)}$", "", stem, flags=re.I) or stem
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem).strip("._") or "unnamed"
+    """``s123_attention.ipynb`` -> ``s123``; ``Copy of s123-attention (1).ipynb`` -> ``s123``.
+
+    Raises ValueError when nothing identifies a student."""
+    stem = Path(path.name).stem
+    stem = re.sub(r"^copy of\s+", "", stem, flags=re.I)
+    stem = re.sub(r"\s*\(\d+\)$", "", stem)
+    rest = re.sub(rf"[_\-\s]*{re.escape(assignment)}$", "", stem, flags=re.I)
+    sid = re.sub(r"[^A-Za-z0-9_.-]", "_", rest).strip("._-")
+    if not sid or sid.lower() == assignment.lower():
+        raise ValueError(f"cannot tell the student from the file name {path.name!r}: "
+                         f"rename it <student id>_{assignment}.ipynb")
+    return sid
 
 
 def read_submission(path: Path) -> nbformat.NotebookNode:
@@ -70,7 +102,7 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
         raise ValueError(f"corrupt notebook: {path.name} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"corrupt notebook: {path.name} is not valid JSON (line {exc.lineno})") from None
-    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
+    if not isinstance(raw, dict) or ("cells" not in raw and "worksheets" not in raw):
         raise ValueError(f"corrupt notebook: {path.name} has no cells")
     try:
         nb = nbformat.reads(json.dumps(raw), as_version=4)  # also upgrades v3 notebooks
@@ -78,35 +110,193 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
         raise ValueError(f"corrupt notebook: {path.name} ({type(exc).__name__})") from None
     if nb.nbformat_minor < 5:  # e.g. saved by Colab: give every cell the id nbformat 4.5 wants
         nb.nbformat_minor = 5
-        for i, cell in enumerate(nb.cells):
-            cid = str(cell.get("id") or cell.metadata.get("id") or f"cell-{i}")
-            cell["id"] = re.sub(r"[^A-Za-z0-9_-]", "-", cid)[:64]
+    seen = set()
+    for i, cell in enumerate(nb.cells):
+        cid = str(cell.get("id") or cell.metadata.get("id") or f"cell-{i}")
+        cid = re.sub(r"[^A-Za-z0-9_-]", "-", cid)[:64]
+        cell["id"] = cid if cid not in seen else f"cell-{i}"
+        seen.add(cell["id"])
     return nb
 
 
-def _last_error_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+# ----------------------------------------------------------------------------- nbgrader runs
+
+def _nbgrader_cmd(args: list[str], gdir: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "nbgrader", *args,
+            f"--CourseDirectory.db_url=sqlite:///{gdir / 'gradebook.db'}",
+            f"--CourseDirectory.submitted_directory={gdir / 'submitted'}",
+            f"--CourseDirectory.autograded_directory={gdir / 'autograded'}",
+            f"--CourseDirectory.feedback_directory={gdir / 'feedback'}", *extra]
+
+
+@dataclass
+class Worker:
+    gdir: Path
+    students: list[str]
+    log: str = ""
+    timed_out: bool = False
+
+
+def _run_worker(w: Worker, assignment: str, root: Path, extra: list[str], env: dict,
+                timeout: float) -> Worker:
+    """One nbgrader process autogrades all of this worker's students, then feedback."""
+    start = time.monotonic()
+    if "--KernelManager.transport=ipc" in extra:
+        # IPC socket paths must be absolute: nbgrader and the kernel run in different folders
+        extra = [*extra, f"--KernelManager.ip={w.gdir / 'tmp' / 'kernel'}"]
+    for args in (["autograde", assignment, "--force"], ["generate_feedback", assignment, "--force"]):
+        left = max(60.0, timeout - (time.monotonic() - start))
+        try:
+            proc = subprocess.run(_nbgrader_cmd(args, w.gdir, extra if args[0] == "autograde" else []),
+                                  cwd=root, env=env, capture_output=True, text=True, timeout=left,
+                                  start_new_session=True)
+            w.log += proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            w.timed_out = True
+            w.log += str(exc.stdout or "") + str(exc.stderr or "")
+            break
+    return w
+
+
+def _worker_env(gdir: Path, threads: int) -> dict:
+    env = dict(os.environ)
+    env["JUPYTER_PATH"] = str(gdir / "jupyter") + os.pathsep + env.get("JUPYTER_PATH", "")
+    env["TMPDIR"] = str(gdir / "tmp")  # the kernel's connection file and IPC sockets live here
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def _prepare_worker(gdir: Path, main_db: Path, hide: list[Path], use_bwrap: bool,
+                    memory_mb: int, threads: int) -> None:
+    shutil.rmtree(gdir, ignore_errors=True)
+    (gdir / "tmp").mkdir(parents=True)
+    shutil.copy(main_db, gdir / "gradebook.db")
+    sandbox.install_kernelspec(gdir / "jupyter", hide=hide, memory_mb=memory_mb,
+                               use_bwrap=use_bwrap, threads=threads)
+
+
+def _cause(log: str, timed_out: bool, limit: float) -> str:
+    if timed_out:
+        return f"the notebook ran longer than {limit:g} s and was stopped"
+    low = log.lower()
+    if "deadkernelerror" in low or "kernel died" in low or "kernel crashed" in low:
+        return "the kernel crashed while running the notebook"
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
     for ln in reversed(lines):
-        if "Error" in ln or "error" in ln or "died" in ln:
-            return ln[:200]
-    return lines[-1][:200] if lines else "unknown error"
+        if "Error" in ln and "nbgrader" not in ln.lower():
+            return "autograde failed: " + ln[:200]
+    return "autograde failed: " + (lines[-1][:200] if lines else "unknown error")
 
 
-def _scores(grading: Path, assignment: str, student: str) -> tuple[float, float]:
+# ----------------------------------------------------------------------------- gradebook merge
+
+_MERGE = [
+    ("student", "id IN ({sids})"),
+    ("submitted_assignment", "student_id IN ({sids}) AND assignment_id = :aid"),
+    ("submitted_notebook", "assignment_id IN (SELECT id FROM w.submitted_assignment "
+                           "WHERE student_id IN ({sids}) AND assignment_id = :aid)"),
+    ("grade", "notebook_id IN (SELECT sn.id FROM w.submitted_notebook sn JOIN w.submitted_assignment sa "
+              "ON sn.assignment_id = sa.id WHERE sa.student_id IN ({sids}) AND sa.assignment_id = :aid)"),
+    ("comment", "notebook_id IN (SELECT sn.id FROM w.submitted_notebook sn JOIN w.submitted_assignment sa "
+                "ON sn.assignment_id = sa.id WHERE sa.student_id IN ({sids}) AND sa.assignment_id = :aid)"),
+]
+
+
+def merge_gradebook(main_db: Path, worker_db: Path, assignment: str, students: list[str]) -> None:
+    """Copy ``students``' submissions of ``assignment`` from a worker's gradebook (a
+    copy of the main one, so assignment and cell ids agree) into the main one,
+    replacing earlier submissions of the same students."""
+    if not students:
+        return
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(f"sqlite:///{grading / 'gradebook.db'}") as gb:
-        try:
-            sub = gb.find_submission(assignment, student)
-            return float(sub.score), float(sub.max_score)
-        except MissingEntry:
-            return 0.0, float(gb.find_assignment(assignment).max_score)
+    with Gradebook(f"sqlite:///{main_db}") as gb:
+        for sid in students:
+            try:
+                gb.remove_submission(assignment, sid)
+            except MissingEntry:
+                pass
+    con = sqlite3.connect(main_db, timeout=60)
+    try:
+        con.execute("ATTACH DATABASE ? AS w", (str(worker_db),))
+        aid = con.execute("SELECT id FROM assignment WHERE name = ?", (assignment,)).fetchone()[0]
+        params = {f"s{i}": sid for i, sid in enumerate(students)}
+        params["aid"] = aid
+        names = ",".join(f":s{i}" for i in range(len(students)))
+        with con:
+            for table, where in _MERGE:
+                verb = "INSERT OR IGNORE" if table == "student" else "INSERT"
+                con.execute(f"{verb} INTO main.{table} SELECT * FROM w.{table} WHERE "
+                            + where.format(sids=names), params)
+        con.execute("DETACH DATABASE w")
+    finally:
+        con.close()
 
+
+def _scores(db: Path, assignment: str, students: list[str]) -> dict:
+    """student -> (score, max_score, {grade_id: (score, max_score)})."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = {}
+    with Gradebook(f"sqlite:///{db}") as gb:
+        for sid in students:
+            try:
+                sub = gb.find_submission(assignment, sid)
+            except MissingEntry:
+                continue
+            tests = {}
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    tests[g.name] = (float(g.score), float(g.max_score))
+            out[sid] = (float(sub.score), float(sub.max_score), tests)
+    return out
+
+
+# ----------------------------------------------------------------------------- feedback
+
+def _provenance(assignment: str, seconds: float, sandboxed: bool) -> str:
+    versions = {}
+    for mod in ("nbgrader", "torch", "transformers", "nbformat"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - a missing package is simply not listed
+            pass
+    try:
+        import torch
+
+        device = f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "cpu"
+    except Exception:  # noqa: BLE001
+        device = "unknown"
+    parts = [f"assignment {assignment}", f"python {platform.python_version()}",
+             *[f"{k} {v}" for k, v in versions.items()], f"device {device}", "seed 0",
+             f"graded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+             f"batch time {seconds:.0f} s", "sandbox " + ("bubblewrap" if sandboxed else "off")]
+    return ("<footer style='margin:2em 0;color:#666;font-size:small' class='grading-provenance'>"
+            "Graded by the course autograder: " + " &middot; ".join(parts) + "</footer>")
+
+
+def _write_simple_feedback(path: Path, student: str, assignment: str, message: str) -> None:
+    from html import escape
+
+    path.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(assignment)} "
+                    f"feedback for {escape(student)}</title></head><body><h1>{escape(assignment)}: "
+                    f"{escape(student)}</h1><p>This submission was not graded automatically: "
+                    f"{escape(message)}</p><p>Score: 0</p></body></html>")
+
+
+# ----------------------------------------------------------------------------- main entry
 
 def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
           grading_dir: Path | None = None, cell_timeout: int | None = None,
-          notebook_timeout: int | None = None, root: Path = ROOT) -> Report:
-    """Autograde every file in ``submissions`` and write grades.csv and feedback."""
+          notebook_timeout: int | None = None, workers: int | None = None,
+          use_sandbox: str = "auto", memory_mb: int = sandbox.DEFAULT_MEMORY_MB,
+          root: Path = ROOT) -> Report:
+    """Autograde every file in ``submissions`` and write grades, feedback and plots.
+
+    ``use_sandbox``: "auto" (bubblewrap when it works here, else a warning),
+    "on" (refuse to grade without it) or "off"."""
+    t0 = time.monotonic()
     submissions = Path(submissions)
     if not submissions.is_dir():
         raise SystemExit(f"no such folder of submissions: {submissions}")
@@ -114,23 +304,44 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     if not source_nbs:
         raise SystemExit(f"unknown assignment {assignment!r}: no notebook in {SOURCE_DIR}/{assignment}/")
     nb_name = source_nbs[0].name
-    grading = Path(grading_dir) if grading_dir else root / GRADING_DIR
-    out_dir = Path(out_dir) if out_dir else grading / "reports" / assignment
+    grading = (Path(grading_dir) if grading_dir else root / GRADING_DIR).resolve()
+    out_dir = (Path(out_dir) if out_dir else grading / "reports" / assignment).resolve()
     feedback_dir = out_dir / "feedback"
     feedback_dir.mkdir(parents=True, exist_ok=True)
-    extra = [f"--Execute.timeout={cell_timeout}"] if cell_timeout else []
+    workers = max(1, workers or os.cpu_count() or 1)
+    limit = float(notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT)
+    report = Report(assignment, csv_path=out_dir / "grades.csv", feedback_dir=feedback_dir, out_dir=out_dir)
+
+    use_bwrap = use_sandbox != "off" and sandbox.bwrap_works()
+    if use_sandbox == "on" and not use_bwrap:
+        raise SystemExit("the sandbox was required (--sandbox on) but bubblewrap does not work here; "
+                         "install it with: apt-get install bubblewrap")
+    if not use_bwrap:
+        report.warnings.append(
+            "WARNING: student code runs WITHOUT a sandbox (bubblewrap " +
+            ("disabled" if use_sandbox == "off" else "not available: apt-get install bubblewrap") +
+            "): it can read files and reach the network; only the memory limit applies.")
 
     # Record the assignment (cells, points, hidden tests) in the gradebook.
-    release([assignment], out_dir=grading / "release", grading_dir=grading, root=root)
+    release([assignment], out_dir=grading / "release", grading_dir=grading, root=root,
+            checks_dir=grading / "release" / ".checks")
     released = nbformat.read(grading / "release" / assignment / nb_name, as_version=4)
-    max_points = _scores(grading, assignment, "\0no-such-student")[1]
+    main_db = grading / "gradebook.db"
+    max_points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in released.cells
+                           if c.metadata.get("nbgrader", {}).get("grade")))
 
-    report = Report(assignment, csv_path=out_dir / "grades.csv", feedback_dir=feedback_dir)
+    # ---- intake
+    queue: dict[str, tuple[Result, nbformat.NotebookNode]] = {}
     seen: dict[str, str] = {}
     for path in sorted(p for p in submissions.iterdir() if p.is_file() and not p.name.startswith(".")):
-        sid = student_id_from_name(path, assignment)
-        result = Result(sid, path.name, max_score=max_points)
+        result = Result("?", path.name, max_score=max_points)
         report.results.append(result)
+        try:
+            result.student_id = sid = student_id_from_name(path, assignment)
+        except ValueError as exc:
+            result.student_id = f"? ({path.name})"
+            result.message = str(exc)
+            continue
         if sid in seen:
             result.student_id = f"{sid} (duplicate)"
             result.message = f"second file for student {sid} ({seen[sid]} was graded)"
@@ -143,44 +354,105 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
             continue
         notes = repair(nb, released)
         if notes:
-            result.message = f"repaired before grading: {'; '.join(notes)}"
-        target = grading / "submitted" / sid / assignment
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        nbformat.write(nb, target / nb_name)
-        try:
-            proc = nbgrader(["autograde", assignment, f"--student={sid}", "--force", *extra],
-                            root=root, grading_dir=grading,
-                            timeout=notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            result.message = f"notebook ran longer than {notebook_timeout or DEFAULT_NOTEBOOK_TIMEOUT} s"
+            result.note("repaired before grading: " + "; ".join(notes))
+        findings = tamper.scan(nb, released)
+        if findings:
+            result.status = "flagged"
+            result.message = "tampering, scored 0 (check by hand): " + "; ".join(findings)
+            _write_simple_feedback(feedback_dir / f"{sid}.html", sid, assignment, result.message)
             continue
-        autograded = grading / "autograded" / sid / assignment / nb_name
-        log = proc.stdout + proc.stderr
-        if proc.returncode != 0 or not autograded.exists():
-            if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log.lower():
-                result.message = "the kernel crashed while running the notebook"
-            else:
-                result.message = "autograde failed: " + _last_error_line(log)
-            continue
-        result.score, result.max_score = _scores(grading, assignment, sid)
-        result.status = "graded"
-        if "CellTimeoutError" in autograded.read_text(errors="replace"):
-            result.message = (result.message + "; " if result.message else "") + \
-                "a cell hit the time limit and was stopped"
-        fb = nbgrader(["generate_feedback", assignment, f"--student={sid}", "--force"],
-                      root=root, grading_dir=grading, timeout=600)
-        html = grading / "feedback" / sid / assignment / nb_name.replace(".ipynb", ".html")
-        if fb.returncode == 0 and html.exists():
-            shutil.copy(html, feedback_dir / f"{sid}.html")
-        else:
-            result.message = (result.message + "; " if result.message else "") + \
-                "feedback failed: " + _last_error_line(fb.stdout + fb.stderr)
+        queue[sid] = (result, nb)
 
-    with open(report.csv_path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["student_id", "file", "score", "max_score", "percent", "status", "message"])
-        for r in sorted(report.results, key=lambda r: r.student_id):
-            writer.writerow([r.student_id, r.file, f"{r.score:g}", f"{r.max_score:g}",
-                             f"{r.percent:.1f}", r.status, r.message])
+    # ---- parallel autograde, one nbgrader process per worker
+    hide = [root / SOURCE_DIR, root / ".git", grading, submissions.resolve(), out_dir]
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    extra = ["--Execute.kernel_name=" + sandbox.KERNEL_NAME]
+    if use_bwrap:
+        extra.append("--KernelManager.transport=ipc")  # no network inside the sandbox, not even loopback
+    if cell_timeout:
+        extra.append(f"--Execute.timeout={cell_timeout}")
+    sids = sorted(queue)
+    shares = [sids[i::workers] for i in range(workers) if sids[i::workers]]
+    pool = []
+    for k, share in enumerate(shares):
+        gdir = grading / "workers" / f"w{k}"
+        _prepare_worker(gdir, main_db, hide, use_bwrap, memory_mb, threads)
+        for sid in share:
+            target = gdir / "submitted" / sid / assignment
+            target.mkdir(parents=True)
+            nbformat.write(queue[sid][1], target / nb_name)
+        pool.append(Worker(gdir, share))
+
+    def run_all(ws: list[Worker], budget) -> list[Worker]:
+        with ThreadPoolExecutor(max_workers=max(1, len(ws))) as ex:
+            futs = [ex.submit(_run_worker, w, assignment, root, extra, _worker_env(w.gdir, threads),
+                              budget(w)) for w in ws]
+            return [f.result() for f in futs]
+
+    done = run_all(pool, lambda w: limit * len(w.students))
+    retry = []
+    for w in done:
+        got = _scores(w.gdir / "gradebook.db", assignment, w.students)
+        ok = [s for s in w.students if s in got and (w.gdir / "autograded" / s / assignment / nb_name).exists()]
+        merge_gradebook(main_db, w.gdir / "gradebook.db", assignment, ok)
+        _collect(w.gdir, grading, assignment, ok, feedback_dir, nb_name)
+        for s in w.students:
+            if s not in ok:
+                retry.append(s)
+    # ---- anything a batch could not grade is retried alone, to tell its cause
+    singles = []
+    for k, sid in enumerate(retry):
+        gdir = grading / "workers" / f"retry{k}"
+        _prepare_worker(gdir, main_db, hide, use_bwrap, memory_mb, threads)
+        target = gdir / "submitted" / sid / assignment
+        target.mkdir(parents=True)
+        nbformat.write(queue[sid][1], target / nb_name)
+        singles.append(Worker(gdir, [sid]))
+    for w in run_all(singles, lambda w: limit) if singles else []:
+        sid = w.students[0]
+        got = _scores(w.gdir / "gradebook.db", assignment, [sid])
+        if sid in got and (w.gdir / "autograded" / sid / assignment / nb_name).exists():
+            merge_gradebook(main_db, w.gdir / "gradebook.db", assignment, [sid])
+            _collect(w.gdir, grading, assignment, [sid], feedback_dir, nb_name)
+        else:
+            queue[sid][0].note(_cause(w.log, w.timed_out, limit))
+            _write_simple_feedback(feedback_dir / f"{sid}.html", sid, assignment, queue[sid][0].message)
+
+    # ---- scores from the merged gradebook
+    final = _scores(main_db, assignment, sids)
+    for sid, (result, _) in queue.items():
+        if sid in final:
+            result.score, result.max_score, result.tests = final[sid]
+            result.status = "graded"
+            auto = grading / "autograded" / sid / assignment / nb_name
+            if auto.exists() and "CellTimeoutError" in auto.read_text(errors="replace"):
+                result.note("a cell hit the time limit and was stopped")
+    report.seconds = time.monotonic() - t0
+    footer = _provenance(assignment, report.seconds, use_bwrap)
+    for page in feedback_dir.glob("*.html"):
+        text = page.read_text(errors="replace")
+        if "grading-provenance" not in text:
+            page.write_text(text.replace("</body>", footer + "\n</body>", 1) if "</body>" in text else text + footer)
+    if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep them to debug a grading run
+        shutil.rmtree(grading / "workers", ignore_errors=True)
+
+    from .reports import write_reports
+
+    write_reports(report, max_points, released)
     return report
+
+
+def _collect(gdir: Path, grading: Path, assignment: str, students: list[str], feedback_dir: Path,
+             nb_name: str) -> None:
+    """Move a worker's autograded notebooks and feedback into the course's folders."""
+    for sid in students:
+        for step in ("submitted", "autograded", "feedback"):
+            src = gdir / step / sid / assignment
+            if src.exists():
+                dst = grading / step / sid / assignment
+                shutil.rmtree(dst, ignore_errors=True)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(src), str(dst))
+        html = grading / "feedback" / sid / assignment / nb_name.replace(".ipynb", ".html")
+        if html.exists():
+            shutil.copy(html, feedback_dir / f"{sid}.html")
