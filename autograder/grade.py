@@ -351,6 +351,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
             nb = read_submission(path)
         except ValueError as exc:
             result.message = str(exc)
+            _write_simple_feedback(feedback_dir / f"{sid}.html", sid, assignment, result.message)
             continue
         notes = repair(nb, released)
         if notes:

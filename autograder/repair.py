@@ -39,6 +39,16 @@ def defined_names(src: str) -> set[str]:
 def repair(nb, released) -> list[str]:
     """Fix ``nb`` in place against the released student notebook; return notes."""
     notes: list[str] = []
+    # a copied cell keeps its grade id; nbgrader would choke on the duplicate, so the
+    # copy loses its grading metadata and runs as ordinary code
+    first: set[str] = set()
+    for cell in nb.cells:
+        gid = _gid(cell)
+        if gid and gid in first:
+            cell.metadata.pop("nbgrader")
+            notes.append(f"a copy of cell '{gid}' was found; only the first one is graded")
+        elif gid:
+            first.add(gid)
     present = {_gid(c) for c in nb.cells if _gid(c)}
     orphans = [c for c in nb.cells if not _gid(c)]
     for ref in released.cells:

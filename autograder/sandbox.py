@@ -57,8 +57,9 @@ def install_kernelspec(jupyter_dir: Path, hide: list[Path], memory_mb: int = DEF
     if threads:
         argv.append(f"--threads={threads}")
     argv += ["--", "{connection_file}"]
+    # interrupts travel as messages: a signal to bubblewrap would not reach the kernel inside
     spec = {"argv": argv, "display_name": "Python 3 (course sandbox)", "language": "python",
-            "metadata": {"debugger": False}}
+            "interrupt_mode": "message", "metadata": {"debugger": False}}
     (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
     return spec_dir
 

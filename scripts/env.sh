@@ -36,6 +36,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# bubblewrap sandboxes student code during grading; install it where we can (root + apt)
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing bubblewrap (the sandbox for grading student code)"
+  { apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; } \
+    >/dev/null 2>&1 || echo "   could not install bubblewrap: grading will warn and run without a sandbox"
+fi
+
 # Offline by default here: the hub is reached only where a notebook asks for it.
 export MPLBACKEND="${MPLBACKEND:-Agg}"
 export PYTHONHASHSEED=0
