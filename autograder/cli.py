@@ -16,6 +16,15 @@ def _cmd_release(args) -> int:
     return 0
 
 
+def _cmd_collect(args) -> int:
+    from .lms import collect, summary
+
+    entries = collect(args.assignment, Path(args.source), Path(args.out), args.roster)
+    print(summary(entries))
+    print(f"\nreport: {Path(args.out) / '.collect_report.csv'}")
+    return 0
+
+
 def _cmd_grade(args) -> int:
     from .grade import grade
     from .release import ReleaseError
@@ -24,7 +33,7 @@ def _cmd_grade(args) -> int:
         report = grade(args.assignment, Path(args.submissions), out_dir=args.out,
                        grading_dir=args.grading_dir, cell_timeout=args.cell_timeout,
                        notebook_timeout=args.notebook_timeout, workers=args.workers,
-                       use_sandbox=args.sandbox, memory_mb=args.memory_mb)
+                       use_sandbox=args.sandbox, memory_mb=args.memory_mb, roster=args.roster)
     except ReleaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -44,9 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="release directory (default: exercises/)")
     p.set_defaults(func=_cmd_release)
 
-    p = sub.add_parser("grade", help="autograde a folder of submitted notebooks")
+    p = sub.add_parser("collect", help="Canvas/Moodle bulk download (zip or folder) -> a folder for grade")
+    p.add_argument("assignment")
+    p.add_argument("source", help="the LMS zip, or a folder")
+    p.add_argument("out", help="folder to write <student id>_<assignment>.ipynb files into")
+    p.add_argument("--roster", type=Path, default=None, help="CSV with student_id,lms_id[,name,email,...]")
+    p.set_defaults(func=_cmd_collect)
+
+    p = sub.add_parser("grade", help="autograde a folder (or an LMS zip) of submitted notebooks")
     p.add_argument("assignment", help="assignment id, e.g. attention")
-    p.add_argument("submissions", help="folder with one .ipynb per student; the student id is the file name")
+    p.add_argument("submissions", help="folder with one .ipynb per student (the student id is the file "
+                                       "name), or a Canvas/Moodle zip (then see --roster)")
+    p.add_argument("--roster", type=Path, default=None, help="CSV mapping LMS ids to student ids")
     p.add_argument("--out", type=Path, default=None,
                    help="where grades.csv and feedback go (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--grading-dir", type=Path, default=None,

@@ -291,13 +291,20 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
           grading_dir: Path | None = None, cell_timeout: int | None = None,
           notebook_timeout: int | None = None, workers: int | None = None,
           use_sandbox: str = "auto", memory_mb: int = sandbox.DEFAULT_MEMORY_MB,
-          root: Path = ROOT) -> Report:
+          roster: Path | None = None, root: Path = ROOT) -> Report:
     """Autograde every file in ``submissions`` and write grades, feedback and plots.
 
     ``use_sandbox``: "auto" (bubblewrap when it works here, else a warning),
     "on" (refuse to grade without it) or "off"."""
     t0 = time.monotonic()
     submissions = Path(submissions)
+    if submissions.is_file() and submissions.suffix.lower() == ".zip":
+        from .lms import collect
+
+        folder = (Path(grading_dir) if grading_dir else root / GRADING_DIR) / "collected" / assignment
+        shutil.rmtree(folder, ignore_errors=True)
+        collect(assignment, submissions, folder, roster)
+        submissions = folder
     if not submissions.is_dir():
         raise SystemExit(f"no such folder of submissions: {submissions}")
     source_nbs = sorted((root / SOURCE_DIR / assignment).glob("*.ipynb"))
@@ -436,6 +443,15 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
             page.write_text(text.replace("</body>", footer + "\n</body>", 1) if "</body>" in text else text + footer)
     if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep them to debug a grading run
         shutil.rmtree(grading / "workers", ignore_errors=True)
+
+    lms_ids = submissions / ".lms_ids.csv"  # written by `collect`
+    if lms_ids.exists():
+        shutil.copy(lms_ids, out_dir / "lms_ids.csv")
+        with open(lms_ids, newline="") as fh:
+            late = {row["student_id"] for row in csv.DictReader(fh) if row.get("late")}
+        for r in report.results:
+            if r.student_id in late:
+                r.note("submitted LATE")
 
     from .reports import write_reports
 

@@ -161,8 +161,13 @@ def test_grades_csv_and_feedback(graded):
     by_id = {r["student_id"]: r for r in rows}
     assert float(by_id["full"]["score"]) == 30 and by_id["full"]["status"] == "graded"
     assert float(by_id["corrupt"]["score"]) == 0 and by_id["corrupt"]["status"] == "error"
+    for png in ("histogram.png", "pass_rates.png"):
+        assert (out / png).stat().st_size > 1000
+    assert res["full"].tests["test_get_multihead_qkv_values"] == (4.0, 4.0)
+    assert res["wrong_q2"].tests["test_calculate_multihead_attention_values"] == (0.0, 4.0)
     for sid in ("full", "untouched", "wrong_q2", "colab"):
         page = (out / "feedback" / f"{sid}.html").read_text()
+        assert "grading-provenance" in page and "torch" in page
         assert "hidden tests ran here" in page
         assert "BEGIN HIDDEN TESTS" not in page and "einsum</span><span" not in page
 
