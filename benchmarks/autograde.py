@@ -1,0 +1,108 @@
+"""Grade N generated submissions of `attention` twice, in one run, and print the figures.
+
+1. plain sequential nbgrader: every submission in ``submitted/``, one
+   ``nbgrader autograde attention`` call (no sandbox, no feedback);
+2. ``autograder.grade.grade(..., workers=W)``: intake, repair, tamper scan,
+   W parallel sandboxed workers, feedback, merged gradebook and reports.
+
+Prints seconds per submission for each, the speed-up, and whether the scores
+agree.  Target (issue 7): >= 1.7x with --workers 2 on the 2-core machine.
+
+    python benchmarks/autograde.py --n 40 --workers 2
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from autograder.grade import _scores, grade  # noqa: E402
+from autograder.release import release  # noqa: E402
+from conftest import read_nb, set_solution  # noqa: E402
+
+WRONG = {
+    "calculate_multihead_attention": "hs = q.size(-1)\nscores = q @ k.transpose(-2, -1) / math.sqrt(hs)\n"
+                                     "weights = torch.softmax(scores, dim=-2)\nreturn weights @ v, weights",
+    "positional_encoding": "position = torch.arange(max_len)[:, None]\n"
+                           "self.register_buffer('pe', torch.sin(position * torch.ones(d_model)))",
+}
+
+
+def make_submissions(folder: Path, n: int, seed: int = 0) -> None:
+    """A mix: 50% correct, 30% one wrong function, 10% untouched, 10% broken (raises)."""
+    rng = random.Random(seed)
+    source = ROOT / "solutions" / "attention" / "attention.ipynb"
+    exercise = ROOT / "exercises" / "attention" / "attention.ipynb"
+    for i in range(n):
+        kind = rng.choices(["ok", "wrong", "blank", "broken"], [5, 3, 1, 1])[0]
+        if kind == "ok":
+            nb = read_nb(source)
+        elif kind == "wrong":
+            gid = rng.choice(sorted(WRONG))
+            nb = set_solution(read_nb(source), gid, WRONG[gid])
+        elif kind == "blank":
+            nb = read_nb(exercise)
+        else:
+            nb = set_solution(read_nb(source), "get_multihead_qkv", "raise RuntimeError('boom')")
+        nbformat.write(nb, folder / f"s{i:03d}_attention.ipynb")
+
+
+def sequential_nbgrader(subs: Path, work: Path) -> tuple[float, dict]:
+    grading = work / "seq"
+    release(["attention"], out_dir=grading / "release", grading_dir=grading,
+            checks_dir=grading / "release" / ".checks")
+    for f in sorted(subs.glob("*.ipynb")):
+        sid = f.name.split("_")[0]
+        d = grading / "submitted" / sid / "attention"
+        d.mkdir(parents=True)
+        shutil.copy(f, d / "attention.ipynb")
+    cmd = [sys.executable, "-m", "nbgrader", "autograde", "attention", "--force",
+           f"--CourseDirectory.db_url=sqlite:///{grading / 'gradebook.db'}",
+           f"--CourseDirectory.submitted_directory={grading / 'submitted'}",
+           f"--CourseDirectory.autograded_directory={grading / 'autograded'}"]
+    t = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - t
+    students = sorted(p.name for p in (grading / "submitted").iterdir())
+    return seconds, {s: v[0] for s, v in _scores(grading / "gradebook.db", "attention", students).items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
+        tmp = Path(tmp)
+        subs = tmp / "subs"
+        subs.mkdir()
+        make_submissions(subs, args.n)
+        t_seq, seq = sequential_nbgrader(subs, tmp)
+        t = time.perf_counter()
+        report = grade("attention", subs, out_dir=tmp / "out", grading_dir=tmp / "ours",
+                       workers=args.workers, use_sandbox=args.sandbox)
+        t_ours = time.perf_counter() - t
+        ours = {r.student_id: r.score for r in report.results if r.status == "graded"}
+        same = all(abs(seq.get(s, 0.0) - ours.get(s, 0.0)) < 1e-9 for s in set(seq) | set(ours))
+        print(f"{'run':<42}{'total s':>9}{'s/submission':>14}")
+        print(f"{'sequential nbgrader autograde':<42}{t_seq:9.1f}{t_seq / args.n:14.2f}")
+        label = f"autograder grade --workers {args.workers} (+feedback)"
+        print(f"{label:<42}{t_ours:9.1f}{t_ours / args.n:14.2f}")
+        print(f"speed-up: {t_seq / t_ours:.2f}x (target >= 1.7x); identical scores: {same}; "
+              f"submissions: {args.n}; sandbox: {'on' if 'WITHOUT' not in report.table() else 'off'}")
+
+
+if __name__ == "__main__":
+    main()
