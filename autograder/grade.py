@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 
 from . import GRADING_DIR, ROOT, SOURCE_DIR, sandbox, tamper
-from .release import release
+from .release import release, tool_env
 from .repair import repair
 
 DEFAULT_NOTEBOOK_TIMEOUT = 1800
@@ -159,7 +159,7 @@ def _run_worker(w: Worker, assignment: str, root: Path, extra: list[str], env: d
 
 
 def _worker_env(gdir: Path, threads: int) -> dict:
-    env = dict(os.environ)
+    env = tool_env()
     env["JUPYTER_PATH"] = str(gdir / "jupyter") + os.pathsep + env.get("JUPYTER_PATH", "")
     env["TMPDIR"] = str(gdir / "tmp")  # the kernel's connection file and IPC sockets live here
     env["OMP_NUM_THREADS"] = str(threads)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -74,7 +75,16 @@ def nbgrader(args: list[str], root: Path = ROOT, grading_dir: Path | None = None
                 f"--CourseDirectory.submitted_directory={g / 'submitted'}",
                 f"--CourseDirectory.autograded_directory={g / 'autograded'}",
                 f"--CourseDirectory.feedback_directory={g / 'feedback'}"]
+    kw.setdefault("env", tool_env())
     return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def tool_env(env: dict | None = None) -> dict:
+    """The environment with this Python's bin folder first on PATH: nbgrader runs
+    ``alembic`` from there even when the virtual environment is not activated."""
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
 
 
 def release(names: list[str] | None = None, out_dir: Path | None = None,

@@ -72,18 +72,18 @@ def _bwrap_command(connection_file: Path, hide: list[Path], kernel_cmd: list[str
            # the parent's PID is invisible in the new PID namespace; --die-with-parent does that job
            "--unsetenv", "JPY_PARENT_PID"]
     home = Path.home()
-    keep_ro = []
-    # hide the instructor's home, but keep what Python itself lives in (pyenv, a venv there)
-    for needed in {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
-                   Path(os.environ.get("COURSE_CACHE_DIR", home / ".cache" / "transformers-course"))}:
-        if needed.is_relative_to(home) and needed.exists():
-            keep_ro.append(needed)
-    hf = home / ".cache" / "huggingface"
-    if hf.exists():
-        keep_ro.append(hf)
+    # /tmp and the instructor's home are replaced by empty folders; put back, read-only,
+    # what the kernel needs to run: Python (pyenv, the venv), the course checkout (coursekit
+    # is installed from it), and the model caches.  Hidden folders are mounted after these.
+    course_root = Path(__file__).resolve().parent.parent
+    cache = Path(os.environ.get("COURSE_CACHE_DIR", home / ".cache" / "transformers-course"))
+    keep_ro = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
+               course_root, cache, home / ".cache" / "huggingface"}
     cmd += ["--tmpfs", str(home)]
     for p in sorted(keep_ro):
-        cmd += ["--ro-bind", str(p), str(p)]
+        p = p.resolve()
+        if p.exists() and (p.is_relative_to(home) or p.is_relative_to("/tmp")):
+            cmd += ["--ro-bind", str(p), str(p)]
     for p in hide:
         if Path(p).exists():
             cmd += ["--tmpfs", str(p)]
