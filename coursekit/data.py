@@ -168,7 +168,7 @@ def _ag_news_from_hub(seed: int):
         y = labels[i]
         splits["train" if seen[y] < 500 else "test"].append(i)
         seen[y] += 1
-    texts = hub["text"]
+    texts = list(hub["text"])
     return {name: [{"text": clean_ag_news_text(texts[i]), "label": labels[i]} for i in idx]
             for name, idx in splits.items()}
 

@@ -7,8 +7,9 @@ Two sources, chosen by one setting, the environment variable ``COURSE_MODEL_SOUR
   sentence-transformers model all-MiniLM-L6-v2, a 6-layer uncased BERT with hidden size
   384).  For ``arch="distilbert"`` we convert them once, exactly, into DistilBERT's layout
   and cache the result, so the same ``DistilBert*`` classes work in both cases.
-* ``auto`` (the default): the hub when it answers within a few seconds, else offline.
-  ``HF_HUB_OFFLINE=1`` counts as "the hub does not answer".
+* ``auto`` (the default): the hub when it answers within a few seconds, else offline
+  (also, with a printed notice, when a hub download fails).  ``HF_HUB_OFFLINE=1`` counts
+  as "the hub does not answer".
 
 Every loader returns ``(model, tokenizer, description)``; the description says in one line
 what was really loaded, so a page can print it next to its results.
@@ -62,40 +63,44 @@ def _truthy(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-_HUB_REACHABLE: dict[str, bool] = {}  # host -> answer, cached for the life of the process
+_HUB_REACHABLE: dict[str, bool] = {}  # endpoint -> answer, cached for the life of the process
 
 
-def _hub_host() -> str:
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    return endpoint.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0] or "huggingface.co"
+def _hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or "https://huggingface.co"
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """True when a TCP connection to the hub (port 443) opens within ``timeout`` seconds.
+    """True when the hub answers an HTTPS request within ``timeout`` seconds.
 
-    Asked once per process.  The connection attempt runs in a daemon thread so that a
-    slow DNS lookup cannot hold the caller longer than ``timeout`` either.
+    Asked once per process.  Any HTTP answer counts, but the TLS certificate must be valid:
+    a bare TCP connect is not enough, since some sandboxes accept every connection.  The
+    request runs in a daemon thread so that a slow DNS lookup cannot hold the caller
+    longer than ``timeout`` either.
     """
     if _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE"):
         return False
-    host = _hub_host()
-    if host not in _HUB_REACHABLE:
-        import socket
+    endpoint = _hub_endpoint()
+    if endpoint not in _HUB_REACHABLE:
+        import urllib.error
+        import urllib.request
 
         answer = {"ok": False}
 
         def probe():
             try:
-                socket.create_connection((host, 443), timeout=timeout).close()
+                urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
                 answer["ok"] = True
-            except OSError:
+            except urllib.error.HTTPError:  # the server answered, if only with an error code
+                answer["ok"] = True
+            except (OSError, ValueError):
                 pass
 
         thread = threading.Thread(target=probe, daemon=True)
         thread.start()
         thread.join(timeout)
-        _HUB_REACHABLE[host] = answer["ok"]
-    return _HUB_REACHABLE[host]
+        _HUB_REACHABLE[endpoint] = answer["ok"]
+    return _HUB_REACHABLE[endpoint]
 
 
 def model_source() -> str:
@@ -361,13 +366,16 @@ def _head_note(loading_info: dict | None, fallback: str) -> str:
     return f"newly initialised: {', '.join(missing)}" if missing else "no newly initialised weights"
 
 
-def load_tokenizer(arch: str = "distilbert"):
-    """The tokenizer that matches ``load_classifier(arch=arch)`` / ``load_encoder(arch=arch)``."""
-    arch = _check_arch(arch)
-    if model_source() == "hub":
-        from transformers import AutoTokenizer
+def _hub_failed_in_auto(err: ModelUnavailableError) -> bool:
+    """In ``auto`` mode a hub failure falls back to the offline weights, with a notice."""
+    wanted = os.environ.get("COURSE_MODEL_SOURCE", "auto").strip().lower() or "auto"
+    if wanted != "auto":
+        return False
+    print(f"note: {err} -- using the offline all-MiniLM-L6-v2 instead")
+    return True
 
-        return _from_hub(AutoTokenizer, arch)
+
+def _offline_tokenizer(arch: str):
     with _quiet():
         if arch == "distilbert":
             from transformers import DistilBertTokenizerFast
@@ -378,12 +386,26 @@ def load_tokenizer(arch: str = "distilbert"):
         return BertTokenizerFast.from_pretrained(str(verify_minilm_weights()))
 
 
+def load_tokenizer(arch: str = "distilbert"):
+    """The tokenizer that matches ``load_classifier(arch=arch)`` / ``load_encoder(arch=arch)``."""
+    arch = _check_arch(arch)
+    if model_source() == "hub":
+        from transformers import AutoTokenizer
+
+        try:
+            return _from_hub(AutoTokenizer, arch)
+        except ModelUnavailableError as err:
+            if not _hub_failed_in_auto(err):
+                raise
+    return _offline_tokenizer(arch)
+
+
 _OFFLINE_DISTIL = "offline: all-MiniLM-L6-v2 converted to DistilBERT layout"
 _OFFLINE_BERT = ("offline: roberta-base is not available, loaded all-MiniLM-L6-v2 "
                  "(6-layer uncased BERT, not RoBERTa)")
 
 
-def _load(kind: str, arch: str, **kwargs):
+def _load(kind: str, arch: str, allow_untrained_head: bool = True, **kwargs):
     """Shared body of the loaders: ``kind`` is "classifier", "encoder" or "masked_lm"."""
     import transformers as tf
 
@@ -396,12 +418,26 @@ def _load(kind: str, arch: str, **kwargs):
         ("encoder", "roberta"): ("RobertaModel", "BertModel"),
         ("masked_lm", "distilbert"): ("DistilBertForMaskedLM",) * 2,
     }[(kind, arch)]
-    cls = getattr(tf, classes[0] if source == "hub" else classes[1])
-    tokenizer = load_tokenizer(arch)
     if source == "hub":
-        model, info = _from_hub(cls, arch, output_loading_info=True, **kwargs)
-        where = f"hub: {HUB_IDS[arch]}"
-    else:
+        from transformers import AutoTokenizer
+
+        cls = getattr(tf, classes[0])
+        try:
+            tokenizer = _from_hub(AutoTokenizer, arch)
+            model, info = _from_hub(cls, arch, output_loading_info=True, **kwargs)
+            where = f"hub: {HUB_IDS[arch]}"
+        except ModelUnavailableError as err:
+            if not _hub_failed_in_auto(err):
+                raise
+            source = "offline"
+    if source == "offline":
+        if kind == "masked_lm" and not allow_untrained_head:
+            raise ModelUnavailableError(
+                "masked-LM model distilbert-base-uncased needs the hub; offline only "
+                "all-MiniLM-L6-v2 (no LM head) exists: connect to the internet, or pass "
+                "allow_untrained_head=True")
+        cls = getattr(tf, classes[1])
+        tokenizer = _offline_tokenizer(arch)
         folder = offline_distilbert_dir() if arch == "distilbert" else verify_minilm_weights()
         with _quiet():
             model, info = cls.from_pretrained(str(folder), output_loading_info=True, **kwargs)
@@ -444,8 +480,4 @@ def load_masked_lm(allow_untrained_head: bool = False, **kw):
     pretrained but the head is random (its predictions mean nothing until trained), and
     the description says so.
     """
-    if model_source() == "offline" and not allow_untrained_head:
-        raise ModelUnavailableError(
-            "masked-LM model distilbert-base-uncased needs the hub; offline only all-MiniLM-L6-v2 "
-            "(no LM head) exists: connect to the internet, or pass allow_untrained_head=True")
-    return _load("masked_lm", "distilbert", **kw)
+    return _load("masked_lm", "distilbert", allow_untrained_head=allow_untrained_head, **kw)

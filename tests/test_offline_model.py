@@ -157,7 +157,8 @@ def test_hub_source_without_network_raises_quickly(tmp_path):
     env = dict(os.environ, COURSE_MODEL_SOURCE="hub", HF_HOME=str(tmp_path / "hf"),
                HF_ENDPOINT="https://127.0.0.1:9", COURSE_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("HF_HUB_OFFLINE", None)
-    code = ("import time; from coursekit import models as m\n"
+    code = ("import time, transformers; from coursekit import models as m\n"
+            "transformers.DistilBertForSequenceClassification, transformers.AutoTokenizer  # import time is not the point\n"
             "t = time.perf_counter()\n"
             "try:\n    m.load_classifier()\nexcept m.ModelUnavailableError as e:\n"
             "    print('RAISED', round(time.perf_counter() - t, 2), e)\n")
@@ -173,3 +174,20 @@ def test_bad_source_setting_is_rejected(monkeypatch):
     monkeypatch.setenv("COURSE_MODEL_SOURCE", "cloud")
     with pytest.raises(ValueError, match="COURSE_MODEL_SOURCE"):
         models.model_source()
+
+
+def test_auto_falls_back_offline_when_the_hub_fails(offline, monkeypatch, capsys):
+    def hub_fails(cls, arch, **kw):
+        raise models.ModelUnavailableError(f"hub model {models.HUB_IDS[arch]} cannot be loaded (test)")
+
+    monkeypatch.setenv("COURSE_MODEL_SOURCE", "auto")
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(models, "_from_hub", hub_fails)
+    _, _, desc = models.load_classifier()
+    assert desc.startswith("offline:")
+    assert "note: hub model distilbert-base-uncased cannot be loaded" in capsys.readouterr().out
+    with pytest.raises(models.ModelUnavailableError):  # no silent untrained LM head
+        models.load_masked_lm()
+    monkeypatch.setenv("COURSE_MODEL_SOURCE", "hub")  # an explicit choice does not fall back
+    with pytest.raises(models.ModelUnavailableError, match="test"):
+        models.load_classifier()
