@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, student_id_from_name
-from conftest import ROOT, read_nb, run, set_solution
+from conftest import ROOT, read_nb, run, secret_lines, set_solution
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
@@ -170,6 +170,26 @@ def test_grades_csv_and_feedback(graded):
         assert "grading-provenance" in page and "torch" in page
         assert "hidden tests ran here" in page
         assert "BEGIN HIDDEN TESTS" not in page and "einsum</span><span" not in page
+
+
+def test_no_feedback_file_shows_hidden_test_code(graded):
+    """Every feedback page, of every student: no line of a hidden test (or of the solution,
+    beyond what the student wrote themselves) appears in it."""
+    import html
+    import re
+
+    _, res, out = graded
+    hidden = set()
+    for cell in read_nb(SOURCE).cells:
+        for region in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S):
+            hidden |= {ln.strip() for ln in region.splitlines() if len(ln.strip()) >= 12}
+    hidden &= secret_lines(read_nb(SOURCE))
+    pages = list((out / "feedback").glob("*.html"))
+    assert len(pages) == len(res)  # every named submission gets a page, errors too
+    for page in pages:
+        text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+        lines = {ln.strip() for ln in text.splitlines()}
+        assert not hidden & lines, f"{page.name} shows hidden tests: {sorted(hidden & lines)[:3]}"
 
 
 def test_student_id_from_file_name(tmp_path):
