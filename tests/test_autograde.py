@@ -11,6 +11,7 @@ import pytest
 
 from autograder.grade import grade, student_id_from_name
 from conftest import ROOT, read_nb, run, secret_lines, set_solution
+from tamper_corpus import EQ_CHEAT  # results that claim equality with everything
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
@@ -33,16 +34,6 @@ y, weights = calculate_multihead_attention(q, k, v, mask)
 return self.out_proj(y.transpose(1, 2).reshape(B, T, C)), weights
 '''
 
-# results that claim equality with everything
-EQ_CHEAT = '''
-class Anything:
-    shape = None
-    def __eq__(self, other):
-        return True
-    def __getattr__(self, name):
-        return lambda *a, **k: self
-return Anything(), Anything(), Anything()
-'''
 
 
 def colab_saved(nb):
