@@ -6,8 +6,10 @@ import re
 
 import pytest
 from nbgrader.validator import Validator
+from traitlets.config import Config
 
 from autograder import assignments
+from autograder.config import configure
 from autograder.release import release
 from conftest import ROOT, read_nb, secret_lines, source_notebooks
 
@@ -77,9 +79,16 @@ def test_no_solution_or_hidden_test_in_built_html(built_book):
     assert not (built_book / "solutions").exists() and not (built_book / "exercises").exists()
 
 
+def _validator(**kw) -> Validator:
+    """nbgrader's Validator with the course's configuration (per-cell limit 300 s, not 30 s)."""
+    c = Config()
+    configure(c)
+    return Validator(config=c, **kw)
+
+
 @pytest.mark.parametrize("src", source_notebooks(), ids=lambda p: p.parent.name)
 def test_nbgrader_validate_solution_passes(src):
-    result = Validator().validate(str(src))
+    result = _validator().validate(str(src))
     assert not result, f"nbgrader validate failed on {src.name}: {str(result)[:2000]}"
 
 
@@ -88,7 +97,7 @@ def test_nbgrader_validate_invert_on_exercise(src):
     """Untouched, every test cell with a visible assertion fails; only hidden-only cells
     (a docstring left after the hidden tests were removed) pass."""
     exercise = ROOT / "exercises" / src.parent.name / src.name
-    result = Validator(invert=True).validate(str(exercise))
+    result = _validator(invert=True).validate(str(exercise))
     passed = [c["source"] for c in result.get("passed", [])]
     nb = read_nb(exercise)
     test_cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
