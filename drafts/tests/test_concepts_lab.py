@@ -1,0 +1,154 @@
+"""End-to-end autograding of the `concepts` and `llm_lab` assignments.
+
+Both mix autograded code with manually graded answers. What nbgrader reports for the
+manually graded cells, checked below:
+
+* an answer cell the student changed (the solution notebook holds the mark scheme there) is
+  left for a person: ``auto_score`` and ``manual_score`` are None (its ``score`` reads 0
+  until graded) and ``needs_manual_grade`` is True, as for the whole submission; so the
+  submission's score is the autograded points out of a maximum that includes the manual ones;
+* an answer cell left exactly as released gets ``auto_score`` 0 at once and needs no
+  manual grading.
+"""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from autograder.grade import grade
+from conftest import ROOT, read_nb, set_solution
+
+CONCEPTS = ROOT / "solutions" / "concepts" / "concepts.ipynb"
+LAB = ROOT / "solutions" / "llm_lab" / "llm_lab.ipynb"
+
+# points (see the tables at the top of the notebooks)
+CONCEPTS_MAX, CONCEPTS_AUTO, HEAD_IMPORTANCE = 100, 10, 6
+LAB_MAX, LAB_AUTO, TOP_P = 50, 24, 6
+CONCEPTS_MANUAL = {f"q{i}_answer" for i in range(1, 16)}
+LAB_MANUAL = {"q6_answer", "own_experiment", "q8_answer"}
+
+# the classic off-by-one: a token is kept only while the mass *including* it is below p
+WRONG_TOP_P = '''
+if not 0 < p <= 1:
+    raise ValueError(f"p must be in (0, 1], got {p}")
+if p >= 1:
+    return logits.clone()
+probs = F.softmax(logits, dim=-1)
+sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+drop = torch.cumsum(sorted_probs, dim=-1) >= p
+drop[..., 0] = False
+return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+'''
+
+# loss with the head on minus loss with it off: the sign is wrong
+WRONG_HEAD_IMPORTANCE = '''
+x, y = batch
+model.eval()
+out = torch.zeros(model.config.n_layer, model.config.n_head)
+with torch.no_grad():
+    base = model(x, y)[1].item()
+    for l, block in enumerate(model.transformer.h):
+        for h in range(model.config.n_head):
+            block.attn.head_mask[h] = 0.0
+            out[l, h] = base - model(x, y)[1].item()
+            block.attn.head_mask[h] = 1.0
+return out
+'''
+
+
+def _manual_grades(grading_dir, assignment, student):
+    """{grade_id: (auto_score, manual_score, needs_manual_grade)} of the manually graded
+    cells, and the submission's needs_manual_grade."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{grading_dir / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(assignment, student)
+        out = {}
+        for nb in sub.notebooks:
+            for g in nb.grades:
+                if g.cell_type == "markdown" or g.name == "own_experiment":
+                    out[g.name] = (g.auto_score, g.manual_score, g.needs_manual_grade)
+        return out, sub.needs_manual_grade
+
+
+@pytest.fixture(scope="module")
+def concepts(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("concepts_subs")
+    nbformat.write(read_nb(CONCEPTS), subs / "full.ipynb")
+    (subs / "untouched.ipynb").write_bytes((ROOT / "exercises" / "concepts" / "concepts.ipynb").read_bytes())
+    nbformat.write(set_solution(read_nb(CONCEPTS), "head_importance", WRONG_HEAD_IMPORTANCE),
+                   subs / "wrong_sign.ipynb")
+    out = tmp_path_factory.mktemp("concepts_out")
+    report = grade("concepts", subs, out_dir=out, grading_dir=out / "grading")
+    return {r.student_id: r for r in report.results}, out / "grading"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("lab_subs")
+    nbformat.write(read_nb(LAB), subs / "full.ipynb")
+    (subs / "untouched.ipynb").write_bytes((ROOT / "exercises" / "llm_lab" / "llm_lab.ipynb").read_bytes())
+    nbformat.write(set_solution(read_nb(LAB), "top_p_filter", WRONG_TOP_P), subs / "wrong_top_p.ipynb")
+    out = tmp_path_factory.mktemp("lab_out")
+    report = grade("llm_lab", subs, out_dir=out, grading_dir=out / "grading")
+    return {r.student_id: r for r in report.results}, out / "grading"
+
+
+def test_points_in_the_notebooks_add_up():
+    for path, total, auto, manual in [(CONCEPTS, CONCEPTS_MAX, CONCEPTS_AUTO, CONCEPTS_MANUAL),
+                                      (LAB, LAB_MAX, LAB_AUTO, LAB_MANUAL)]:
+        cells = [c.metadata["nbgrader"] for c in read_nb(path).cells
+                 if c.metadata.get("nbgrader", {}).get("grade")]
+        assert sum(m["points"] for m in cells) == total
+        assert {m["grade_id"] for m in cells if m["solution"]} == manual
+        assert sum(m["points"] for m in cells if not m["solution"]) == auto
+
+
+def test_concepts_solution_gets_every_autograded_point(concepts):
+    res, grading = concepts
+    full = res["full"]
+    assert full.status == "graded", full.message
+    assert full.max_score == CONCEPTS_MAX
+    assert full.score == CONCEPTS_AUTO  # the 90 written points wait for a person
+    manual, waiting = _manual_grades(grading, "concepts", "full")
+    assert set(manual) == CONCEPTS_MANUAL and waiting
+    assert set(manual.values()) == {(None, None, True)}
+
+
+def test_concepts_untouched_scores_zero(concepts):
+    res, grading = concepts
+    assert res["untouched"].status == "graded", res["untouched"].message
+    assert res["untouched"].score == 0
+    manual, waiting = _manual_grades(grading, "concepts", "untouched")
+    assert set(manual.values()) == {(0.0, None, False)} and not waiting  # unchanged: 0 at once
+
+
+def test_concepts_wrong_head_importance_loses_exactly_its_points(concepts):
+    res, _ = concepts
+    assert res["wrong_sign"].status == "graded", res["wrong_sign"].message
+    assert res["wrong_sign"].score == CONCEPTS_AUTO - HEAD_IMPORTANCE
+
+
+def test_lab_solution_gets_every_autograded_point(lab):
+    res, grading = lab
+    full = res["full"]
+    assert full.status == "graded", full.message
+    assert full.max_score == LAB_MAX
+    assert full.score == LAB_AUTO  # Q6 to Q8 (26 points) wait for a person
+    manual, waiting = _manual_grades(grading, "llm_lab", "full")
+    assert set(manual) == LAB_MANUAL and waiting
+    assert set(manual.values()) == {(None, None, True)}
+
+
+def test_lab_untouched_scores_zero(lab):
+    res, grading = lab
+    assert res["untouched"].status == "graded", res["untouched"].message
+    assert res["untouched"].score == 0
+    manual, waiting = _manual_grades(grading, "llm_lab", "untouched")
+    assert set(manual.values()) == {(0.0, None, False)} and not waiting
+
+
+def test_lab_wrong_top_p_loses_exactly_its_points(lab):
+    res, _ = lab
+    assert res["wrong_top_p"].status == "graded", res["wrong_top_p"].message
+    assert res["wrong_top_p"].score == LAB_AUTO - TOP_P  # sample_next and generate_tokens unaffected

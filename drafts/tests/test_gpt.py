@@ -1,0 +1,167 @@
+"""coursekit.gpt: the small GPT shared by chapter 6, the concepts assignment and the LLM lab."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+from coursekit import gpt as G  # noqa: E402
+
+TINY = G.GPTConfig(vocab_size=300, block_size=16, n_layer=2, n_head=4, n_embd=32)
+TEXT = ("Stocks rose on Monday after the central bank held rates.\n"
+        "The team won the final on Sunday, its coach said.\n"
+        "Scientists found water on a small moon, NASA said on Friday.\n") * 30
+CORPUS = {"train": TEXT, "val": TEXT[:2000]}
+
+
+def tiny_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return G.GPT(G.GPTConfig(**{**TINY.__dict__, **overrides})).eval()
+
+
+def test_shapes_loss_and_context_limit():
+    model = tiny_model()
+    idx = torch.randint(300, (3, 16))
+    logits, loss = model(idx)
+    assert tuple(logits.shape) == (3, 16, 300) and loss is None
+    logits, loss = model(idx, torch.randint(300, (3, 16)))
+    assert loss.dim() == 0 and 4.0 < loss.item() < 8.0  # near ln(300) = 5.7 when untrained
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.randint(300, (1, 17)))
+
+
+def test_parameter_count_formula_and_tied_embedding():
+    model = tiny_model()
+    d, L, V, n = TINY.n_embd, TINY.n_layer, TINY.vocab_size, TINY.block_size
+    assert model.num_params() == L * (12 * d * d + 13 * d) + (V + n) * d + 2 * d
+    assert model.lm_head.weight is model.transformer.wte.weight
+
+
+@pytest.mark.parametrize("keep_weights", [False, True])
+def test_causal_outputs_do_not_see_the_future(keep_weights):
+    model = tiny_model()
+    for block in model.transformer.h:
+        block.attn.keep_weights = keep_weights
+    idx = torch.randint(300, (2, 16), generator=torch.Generator().manual_seed(1))
+    t = 6
+    changed = idx.clone()
+    changed[:, t + 1:] = (changed[:, t + 1:] + 7) % 300
+    with torch.no_grad():
+        a, b = model(idx)[0], model(changed)[0]
+    assert float((a[:, : t + 1] - b[:, : t + 1]).abs().max()) < 1e-5
+    assert float((a[:, t + 1:] - b[:, t + 1:]).abs().max()) > 1e-3  # the future does matter later
+
+
+def test_explicit_attention_matches_fused_and_keeps_causal_weights():
+    model = tiny_model()
+    idx = torch.randint(300, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        fused = model(idx)[0]
+        for block in model.transformer.h:
+            block.attn.keep_weights = True
+        explicit = model(idx)[0]
+    assert float((fused - explicit).abs().max()) < 1e-5
+    w = model.transformer.h[0].attn.weights
+    assert tuple(w.shape) == (2, 4, 12, 12)
+    assert float((w.sum(-1) - 1).abs().max()) < 1e-5
+    assert float(w.triu(diagonal=1).abs().max()) == 0.0  # nothing above the diagonal
+
+
+def test_head_mask_switches_one_head_off_and_is_not_saved():
+    model = tiny_model()
+    idx = torch.randint(300, (2, 10), generator=torch.Generator().manual_seed(3))
+    attn = model.transformer.h[1].attn
+    assert "transformer.h.1.attn.head_mask" not in model.state_dict()
+    with torch.no_grad():
+        base = model(idx)[0]
+        attn.head_mask[2] = 0.0
+        off = model(idx)[0]
+        # the same as zeroing that head's value projection
+        attn.head_mask[2] = 1.0
+        C, hs = TINY.n_embd, TINY.n_embd // TINY.n_head
+        attn.c_attn.weight[2 * C + 2 * hs: 2 * C + 3 * hs] = 0
+        attn.c_attn.bias[2 * C + 2 * hs: 2 * C + 3 * hs] = 0
+        zero_values = model(idx)[0]
+    assert float((base - off).abs().max()) > 1e-4
+    assert float((off - zero_values).abs().max()) < 1e-5
+
+
+def test_get_batch_targets_are_inputs_shifted_by_one():
+    data = torch.arange(100)
+    x, y = G.get_batch(data, 8, 5, torch.Generator().manual_seed(0))
+    assert tuple(x.shape) == tuple(y.shape) == (5, 8)
+    assert torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(y[:, -1], x[:, -1] + 1)
+
+
+def test_bpe_tokenizer_round_trip_and_determinism():
+    tok = G.BPETokenizer.train(TEXT, vocab_size=300)
+    assert tok.vocab_size == 300
+    for s in ["Stocks rose on Monday.", "Café — 5% \u00fcber\nnew line", ""]:
+        assert tok.decode(tok.encode(s)) == s  # byte-level: nothing is unknown
+    assert len(tok.encode(TEXT)) < 0.7 * len(TEXT.encode())  # merges: fewer tokens than bytes
+    again = G.BPETokenizer.train(TEXT, vocab_size=300)
+    assert again.to_str() == tok.to_str()
+    assert G.BPETokenizer.from_str(tok.to_str()).encode(TEXT[:200]) == tok.encode(TEXT[:200])
+
+
+def test_generate_appends_with_pick_next_and_crops_context():
+    model = tiny_model()
+    seen = []
+
+    def pick(logits):
+        seen.append(tuple(logits.shape))
+        return logits.argmax(-1)
+
+    start = torch.randint(300, (2, 5), generator=torch.Generator().manual_seed(4))
+    out = G.generate(model, start, 20, pick)  # 25 tokens > block_size 16: must crop
+    assert tuple(out.shape) == (2, 25) and torch.equal(out[:, :5], start)
+    assert seen == [(2, 300)] * 20
+    assert torch.equal(out, G.generate(model, start, 20))  # greedy is the default
+    model.train()
+    G.generate(model, start, 1)
+    assert model.training, "generate restores the previous mode"
+
+
+def test_a_few_training_steps_lower_the_loss():
+    settings = G.TrainSettings(steps=40, batch_size=8, lr=3e-3, warmup=5, eval_every=20, eval_batches=2)
+    res = G.train_small_gpt(TINY, settings, CORPUS, log=None)
+    h = res.history
+    assert len(h["train_loss"]) == 40 and h["val_step"] == [19, 39]
+    first, last = sum(h["train_loss"][:5]) / 5, sum(h["train_loss"][-5:]) / 5
+    assert last < first - 1.0, (first, last)
+    assert h["val_loss"][-1] < h["val_loss"][0]
+    assert not res.model.training
+
+
+def test_cache_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setattr(G, "ag_news_corpus", lambda: CORPUS)
+    settings = G.TrainSettings(steps=6, batch_size=4, warmup=2, eval_every=3, eval_batches=1)
+    m1, t1, info1 = G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False)
+    assert info1["source"] == "trained"
+    folder = tmp_path / info1["key"]
+    assert (folder / "model.pt").is_file() and json.loads((folder / "meta.json").read_text())["key"] == info1["key"]
+    m2, t2, info2 = G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False)
+    assert info2["source"] == "cache" and info2["key"] == info1["key"]
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    assert s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
+    assert t2.encode(TEXT[:300]) == t1.encode(TEXT[:300])
+    assert info2["history"] == json.loads(json.dumps(info1["history"]))
+    # another configuration, other settings or other data: another key
+    other = G.load_or_train_small_gpt(TINY, G.TrainSettings(**{**settings.__dict__, "seed": 1}),
+                                      cache_dir=tmp_path, verbose=False)[2]
+    assert other["key"] != info1["key"] and other["source"] == "trained"
+    assert G.cache_key(TINY, settings, {"train": TEXT + "x", "val": ""}) != info1["key"]
+    # a damaged cache entry is trained again instead of crashing
+    (folder / "model.pt").write_bytes(b"not a checkpoint")
+    assert G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False)[2]["source"] == "trained"
+    # retrain=True replaces an existing entry
+    again = G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False, retrain=True)[2]
+    assert again["source"] == "trained" and (folder / "model.pt").stat().st_size > 1000
+
+
+def test_default_cache_dir_follows_course_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path))
+    assert G._cache_root() == tmp_path / "small-gpt"
