@@ -164,7 +164,32 @@ def _worker_env(gdir: Path, threads: int) -> dict:
     env["TMPDIR"] = str(gdir / "tmp")  # the kernel's connection file and IPC sockets live here
     env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONHASHSEED"] = "0"
+    # Kernels read the instructor's model cache (read-only in the sandbox), filled beforehand
+    # by _warm_caches; the sandbox's HOME is an empty folder, so say where it is.
+    from coursekit.models import course_cache_dir
+
+    env["COURSE_CACHE_DIR"] = str(course_cache_dir())
     return env
+
+
+def _warm_caches(source_nb: Path) -> str | None:
+    """Build the offline models that the assignment's notebook loads, once, before any
+    student code runs. Inside the sandbox the course's model cache is read-only and the hub
+    is out of reach, so without this every submission would convert the checkpoint or train
+    the small GPT again by itself. Returns a warning line, or None."""
+    text = source_nb.read_text(encoding="utf-8", errors="replace")
+    try:
+        if any(name in text for name in ("load_classifier", "load_tokenizer", "load_encoder", "load_masked_lm")):
+            from coursekit.models import offline_distilbert_dir
+
+            offline_distilbert_dir()
+        if "load_or_train_small_gpt" in text:
+            from coursekit.gpt import load_or_train_small_gpt
+
+            load_or_train_small_gpt(verbose=False)
+    except Exception as exc:  # grading goes on; each kernel then builds what it needs
+        return f"WARNING: could not prepare the offline models before grading ({type(exc).__name__}: {exc})"
+    return None
 
 
 def _prepare_worker(gdir: Path, main_db: Path, hide: list[Path], use_bwrap: bool,
@@ -370,6 +395,11 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
             _write_simple_feedback(feedback_dir / f"{sid}.html", sid, assignment, result.message)
             continue
         queue[sid] = (result, nb)
+
+    if queue:
+        warning = _warm_caches(source_nbs[0])
+        if warning:
+            report.warnings.append(warning)
 
     # ---- parallel autograde, one nbgrader process per worker
     hide = [root / SOURCE_DIR, root / ".git", grading, submissions.resolve(), out_dir]

@@ -1,6 +1,7 @@
 """Shared helpers for the test suite."""
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -55,6 +56,58 @@ def set_solution(nb, grade_id: str, new_body: str, region: int = 0):
     raise KeyError(grade_id)
 
 
+def fill_solutions(exercise, source):
+    """The exercise notebook with every answer cell replaced by the reference answer: what a
+    student who got everything right hands in (no hidden tests, no solution markers)."""
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = copy.deepcopy(exercise)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    return nb
+
+
+def filled_exercise(name: str):
+    return fill_solutions(read_nb(ROOT / "exercises" / name / f"{name}.ipynb"),
+                          read_nb(ROOT / "solutions" / name / f"{name}.ipynb"))
+
+
+def cell_text(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream") + \
+        "".join(f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error")
+
+
+def handin_cell(nb):
+    cells = [c for c in nb.cells if c.cell_type == "code" and "handin_report(" in c.source]
+    assert len(cells) == 1, "every exercise ends with one hand-in cell"
+    return cells[0]
+
+
+def assert_self_check_passed(grading_dir: Path, student: str, assignment: str) -> None:
+    """The hand-in cell of an autograded submission reported every visible check as passed.
+
+    The filled exercise is autograded once per assignment in its own test module; reading its
+    hand-in output there replaces a separate run of the notebook for the self-check test.
+    """
+    path = grading_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
+    out = cell_text(handin_cell(read_nb(path)))
+    assert "all visible checks passed" in out, out
+    assert "WARNING" not in out and "[FAIL]" not in out, out
+
+
+def assert_self_check_reports_missing(grading_dir: Path, student: str, assignment: str) -> None:
+    """The hand-in cell of an autograded untouched exercise ran without crashing and listed
+    the unanswered questions (no visible check passed)."""
+    path = grading_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
+    cell = handin_cell(read_nb(path))
+    assert not any(o.output_type == "error" for o in cell.outputs), "the hand-in cell must not crash"
+    out = cell_text(cell)
+    assert "not answered yet" in out and "visible check(s) failed" in out, out
+    assert "[PASS]" not in out, out
+
+
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, **kw)
 
@@ -66,3 +119,63 @@ def built_book():
     proc = run([str(jb), "build", ".", "--warningiserror", "--keep-going"])
     assert proc.returncode == 0, "book build failed:\n" + (proc.stdout + proc.stderr)[-4000:]
     return ROOT / "_build" / "html"
+
+
+# ------------------------------------------------------------------------------------------
+# One execution per book page: nbval runs every page (book/ comes first in testpaths); when all
+# cells of a page pass, its outputs go into the book's execution cache, so that the book build
+# of the built_book fixture later in the same session finds the page there instead of running
+# it a second time. A page that failed or was only partly run is not cached, and the build then
+# executes it itself as usual.
+# ------------------------------------------------------------------------------------------
+
+BOOK_CACHE = ROOT / "_build" / ".jupyter_cache"  # execute_notebooks: cache in _config.yml
+
+
+class _BookPagesIntoCache:
+    def __init__(self):
+        self.failed: set[str] = set()
+        self.ran: dict[str, int] = {}
+
+    @staticmethod
+    def _page(item) -> Path | None:
+        if type(item).__name__ != "IPyNbCell":  # nbval's item for one notebook cell
+            return None
+        path = Path(str(item.parent.fspath)).resolve()
+        return path if path.parent == ROOT / "book" else None
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        page = self._page(item)
+        if page is not None and outcome.get_result().failed:
+            self.failed.add(str(page))
+
+    def pytest_runtest_teardown(self, item, nextitem):
+        page = self._page(item)
+        if page is None:
+            return
+        outputs = getattr(item, "test_outputs", None)
+        if outputs is None:
+            self.failed.add(str(page))
+        else:
+            item.cell.outputs = list(outputs)
+            self.ran[str(page)] = self.ran.get(str(page), 0) + 1
+        if nextitem is not None and nextitem.parent is item.parent:
+            return  # more cells of this page to come
+        nb = item.parent.nb
+        n_code = sum(1 for c in nb.cells if c.cell_type == "code")
+        if str(page) in self.failed or self.ran.get(str(page)) != n_code:
+            return
+        try:
+            from jupyter_cache import get_cache
+            from jupyter_cache.base import CacheBundleIn
+
+            get_cache(str(BOOK_CACHE)).cache_notebook_bundle(
+                CacheBundleIn(nb, str(page), data={"source": "nbval"}), check_validity=False, overwrite=True)
+        except Exception as err:  # only an optimisation: the build then executes the page itself
+            print(f"\n(book cache: {page.name} not cached: {err})")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_BookPagesIntoCache(), "book-pages-into-cache")

@@ -10,7 +10,8 @@ import nbformat
 import pytest
 
 from autograder.grade import grade
-from conftest import ROOT, read_nb, set_solution
+from conftest import (ROOT, assert_self_check_passed, assert_self_check_reports_missing, filled_exercise,
+                      read_nb, set_solution)
 
 
 def paths(name):
@@ -38,13 +39,20 @@ def question_points(name, grade_ids) -> int:
 def run_grading(tmp_path_factory, name, variants):
     source, exercise = paths(name)
     subs = tmp_path_factory.mktemp(f"{name}_submissions")
-    nbformat.write(read_nb(source), subs / "full.ipynb")
+    nbformat.write(filled_exercise(name), subs / "full.ipynb")  # what a student hands in
     (subs / "untouched.ipynb").write_bytes(exercise.read_bytes())
     for sid, (grade_id, body) in variants.items():
         nbformat.write(set_solution(read_nb(source), grade_id, body), subs / f"{sid}.ipynb")
     out = tmp_path_factory.mktemp(f"{name}_out")
     report = grade(name, subs, out_dir=out, grading_dir=out / "grading")
-    return {r.student_id: r for r in report.results}
+    results = Graded({r.student_id: r for r in report.results})
+    results.grading = out / "grading"
+    return results
+
+
+class Graded(dict):
+    """Results by student id; .grading is the grading folder (autograded notebooks)."""
+    grading = None
 
 
 # ------------------------------------------------------------------------ project_aether
@@ -74,6 +82,11 @@ def aether(tmp_path_factory):
         "ffn_by_model": ("ffn_params", FFN_BY_MODEL),
         "naive_softmax": ("mlm_probability_and_loss", NAIVE_SOFTMAX),
     })
+
+
+def test_aether_hand_in_cell_reports_the_visible_checks(aether):
+    assert_self_check_passed(aether.grading, "full", "project_aether")
+    assert_self_check_reports_missing(aether.grading, "untouched", "project_aether")
 
 
 def test_aether_points_as_designed():
@@ -123,6 +136,11 @@ def plora(tmp_path_factory):
     return run_grading(tmp_path_factory, "parameters_and_lora", {
         "no_layer_norms": ("encoder_params", ENCODER_WITHOUT_LAYER_NORMS),
     })
+
+
+def test_plora_hand_in_cell_reports_the_visible_checks(plora):
+    assert_self_check_passed(plora.grading, "full", "parameters_and_lora")
+    assert_self_check_reports_missing(plora.grading, "untouched", "parameters_and_lora")
 
 
 def test_plora_points_as_designed():

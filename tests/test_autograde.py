@@ -10,7 +10,8 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, student_id_from_name
-from conftest import ROOT, read_nb, run, secret_lines, set_solution
+from conftest import (ROOT, assert_self_check_passed, assert_self_check_reports_missing, filled_exercise,
+                      read_nb, run, secret_lines, set_solution)
 from tamper_corpus import EQ_CHEAT  # results that claim equality with everything
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
@@ -58,8 +59,7 @@ def colab_saved(nb):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     subs = tmp_path_factory.mktemp("submissions")
-    source = read_nb(SOURCE)
-    nbformat.write(source, subs / "full.ipynb")
+    nbformat.write(filled_exercise("attention"), subs / "full.ipynb")  # what a student hands in
     (subs / "untouched_attention.ipynb").write_bytes(EXERCISE.read_bytes())
     nbformat.write(set_solution(read_nb(SOURCE), "calculate_multihead_attention", WRONG_ATTENTION),
                    subs / "wrong_q2.ipynb")
@@ -95,6 +95,12 @@ def test_solution_scores_full_marks(graded):
     assert res["full"].status == "graded"
     assert res["full"].max_score == 30
     assert res["full"].score == 30
+
+
+def test_hand_in_cell_reports_the_visible_checks(graded):
+    _, _, out = graded
+    assert_self_check_passed(out / "grading", "full", "attention")
+    assert_self_check_reports_missing(out / "grading", "untouched", "attention")
 
 
 def test_untouched_student_notebook_scores_zero_without_crashing(graded):

@@ -191,3 +191,34 @@ def test_auto_falls_back_offline_when_the_hub_fails(offline, monkeypatch, capsys
     monkeypatch.setenv("COURSE_MODEL_SOURCE", "hub")  # an explicit choice does not fall back
     with pytest.raises(models.ModelUnavailableError, match="test"):
         models.load_classifier()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap for a read-only mount")
+def test_read_only_cache_converts_into_a_private_folder(tmp_path):
+    """In a grading sandbox the course cache is mounted read-only: a missing checkpoint is then
+    built in a folder of the process instead of failing, and the cache is left untouched."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = ("from coursekit import models; from pathlib import Path; import os\n"
+            "p = models.offline_distilbert_dir()\n"
+            "assert models._checkpoint_ok(p)\n"
+            "assert not p.is_relative_to(Path(os.environ['COURSE_CACHE_DIR'])), p\n"
+            "assert models.offline_distilbert_dir() == p  # built once per process\n"
+            "print('PRIVATE', p)\n")
+    env = dict(os.environ, COURSE_CACHE_DIR=str(cache), COURSE_MODEL_SOURCE="offline")
+    proc = subprocess.run(["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                           "--ro-bind", str(cache), str(cache), "--", sys.executable, "-c", code],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PRIVATE /tmp/" in proc.stdout
+    assert list(cache.iterdir()) == []
+
+
+def test_grading_kernels_are_told_where_the_cache_is(monkeypatch, tmp_path):
+    from autograder.grade import _worker_env
+
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "c"))
+    assert _worker_env(tmp_path, 1)["COURSE_CACHE_DIR"] == str(tmp_path / "c")
+    monkeypatch.delenv("COURSE_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _worker_env(tmp_path, 1)["COURSE_CACHE_DIR"] == str(tmp_path / ".cache" / "transformers-course")

@@ -1,28 +1,14 @@
-"""The student's loop: self-checks and the hand-in cell, in plain nbclient execution."""
+"""The student's loop: self-checks and the hand-in cell, in plain nbclient execution.
+
+The hand-in report of every assignment's filled and untouched exercise is checked in the
+assignment's own autograding tests (assert_self_check_passed / assert_self_check_reports_missing
+in conftest), on the notebooks autograding has just executed, so no notebook runs twice."""
 from __future__ import annotations
 
-import copy
-
 import nbformat
-import pytest
 from nbclient import NotebookClient
 
-from conftest import ROOT, read_nb, source_notebooks
-
-ASSIGNMENTS = [p.parent.name for p in source_notebooks()]
-
-
-def fill_solutions(exercise, source):
-    """The exercise notebook with every answer cell replaced by the reference answer."""
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
-    nb = copy.deepcopy(exercise)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in answers:
-            cell.source = answers[gid]
-    return nb
-
+from conftest import ROOT, cell_text, fill_solutions, handin_cell, read_nb
 
 def execute(nb, cwd, allow_errors=False):
     NotebookClient(nb, timeout=900, allow_errors=allow_errors,
@@ -30,39 +16,8 @@ def execute(nb, cwd, allow_errors=False):
     return nb
 
 
-def cell_text(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream") + \
-        "".join(f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error")
-
-
-def handin_cell(nb):
-    cells = [c for c in nb.cells if c.cell_type == "code" and "handin_report(" in c.source]
-    assert len(cells) == 1, "every exercise ends with one hand-in cell"
-    return cells[0]
-
-
 def exercise_paths(name):
     return ROOT / "exercises" / name / f"{name}.ipynb", ROOT / "solutions" / name / f"{name}.ipynb"
-
-
-@pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_filled_exercise_passes_its_self_check(name):
-    ex, src = exercise_paths(name)
-    nb = execute(fill_solutions(read_nb(ex), read_nb(src)), ex.parent)
-    out = cell_text(handin_cell(nb))
-    assert "all visible checks passed" in out, out
-    assert "WARNING" not in out and "[FAIL]" not in out, out
-
-
-@pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_untouched_exercise_reports_what_is_missing(name):
-    ex, _ = exercise_paths(name)
-    nb = execute(read_nb(ex), ex.parent, allow_errors=True)
-    cell = handin_cell(nb)
-    assert not any(o.output_type == "error" for o in cell.outputs), "the hand-in cell must not crash"
-    out = cell_text(cell)
-    assert "not answered yet" in out and "visible check(s) failed" in out, out
-    assert "[PASS]" not in out, out
 
 
 def test_check_one_question_and_partial_run_warning(tmp_path):

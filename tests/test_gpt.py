@@ -17,6 +17,15 @@ TEXT = ("Stocks rose on Monday after the central bank held rates.\n"
 CORPUS = {"train": TEXT, "val": TEXT[:2000]}
 
 
+@pytest.fixture(autouse=True)
+def private_cache_and_one_thread(tmp_path, monkeypatch):
+    """Tokenizers and models trained here go to a temporary cache, not the user's; and
+    the tiny models run on one thread (on a busy machine a second one only adds waiting)."""
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "course-cache"))
+    with G.cpu_threads(1):
+        yield
+
+
 def tiny_model(seed=0, **overrides):
     torch.manual_seed(seed)
     return G.GPT(G.GPTConfig(**{**TINY.__dict__, **overrides})).eval()
@@ -107,6 +116,25 @@ def test_bpe_tokenizer_round_trip_and_determinism():
     assert G.BPETokenizer.from_str(tok.to_str()).encode(TEXT[:200]) == tok.encode(TEXT[:200])
 
 
+def test_bpe_tokenizer_cache_reads_back_and_survives_damage(tmp_path, monkeypatch):
+    first = G.BPETokenizer.load_or_train(TEXT, 300, cache_dir=tmp_path)
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1
+    calls = []
+    real_train = G.BPETokenizer.train.__func__
+    monkeypatch.setattr(G.BPETokenizer, "train",
+                        classmethod(lambda cls, *a: calls.append(a) or real_train(cls, *a)))
+    again = G.BPETokenizer.load_or_train(TEXT, 300, cache_dir=tmp_path)
+    assert calls == [] and again.to_str() == first.to_str()  # read back, not trained
+    G.BPETokenizer.load_or_train(TEXT, 280, cache_dir=tmp_path)  # another vocabulary: another entry
+    G.BPETokenizer.load_or_train(TEXT + "x", 300, cache_dir=tmp_path)  # other text: another entry
+    assert len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 3
+    files[0].write_text("{ not a tokenizer")
+    repaired = G.BPETokenizer.load_or_train(TEXT, 300, cache_dir=tmp_path)
+    assert len(calls) == 3 and repaired.to_str() == first.to_str()
+    assert G.BPETokenizer.from_str(files[0].read_text()).encode(TEXT[:100]) == first.encode(TEXT[:100])
+
+
 def test_generate_appends_with_pick_next_and_crops_context():
     model = tiny_model()
     seen = []
@@ -120,6 +148,14 @@ def test_generate_appends_with_pick_next_and_crops_context():
     assert tuple(out.shape) == (2, 25) and torch.equal(out[:, :5], start)
     assert seen == [(2, 300)] * 20
     assert torch.equal(out, G.generate(model, start, 20))  # greedy is the default
+    assert G.greedy(torch.tensor([[0.0, 2.0, 2.0, -1.0], [5.0, 1.0, 0.0, 5.0]])).tolist() == [1, 0]
+
+    def sampler(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return lambda logits: torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)
+    a, b = (G.generate(model, start, 12, sampler(7)) for _ in range(2))
+    assert torch.equal(a, b)  # the draws come from the caller's generator only
+    assert not torch.equal(a, G.generate(model, start, 12, sampler(8)))
     model.train()
     G.generate(model, start, 1)
     assert model.training, "generate restores the previous mode"
@@ -134,6 +170,33 @@ def test_a_few_training_steps_lower_the_loss():
     assert last < first - 1.0, (first, last)
     assert h["val_loss"][-1] < h["val_loss"][0]
     assert not res.model.training
+
+
+def test_training_is_deterministic_and_restores_the_thread_setting():
+    settings = G.TrainSettings(steps=8, batch_size=4, warmup=2, eval_every=4, eval_batches=1)
+    with G.cpu_threads(2):
+        a = G.train_small_gpt(TINY, settings, CORPUS, log=None)  # trains on 1 thread
+        assert torch.get_num_threads() == 2
+    b = G.train_small_gpt(TINY, settings, CORPUS, log=None)
+    assert a.history["train_loss"] == b.history["train_loss"]
+    assert a.history["val_loss"] == b.history["val_loss"]
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    c = G.train_small_gpt(TINY, G.TrainSettings(**{**settings.__dict__, "seed": 1}), CORPUS, log=None)
+    assert c.history["train_loss"] != a.history["train_loss"]
+
+
+def test_cpu_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    with G.cpu_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+        with G.cpu_threads(None):  # None: no change
+            assert torch.get_num_threads() == before + 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError):
+        with G.cpu_threads(before + 1):
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
 
 
 def test_cache_round_trip(tmp_path, monkeypatch):
@@ -165,3 +228,18 @@ def test_cache_round_trip(tmp_path, monkeypatch):
 def test_default_cache_dir_follows_course_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path))
     assert G._cache_root() == tmp_path / "small-gpt"
+
+
+def test_an_unwritable_cache_only_costs_the_caching(tmp_path, monkeypatch, capsys):
+    """In a grading sandbox the cache is read-only: the model is trained and used, not cached."""
+    monkeypatch.setattr(G, "ag_news_corpus", lambda: CORPUS)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system", str(tmp_path))
+
+    monkeypatch.setattr(G.tempfile, "mkdtemp", read_only)
+    settings = G.TrainSettings(steps=4, batch_size=4, warmup=1, eval_every=2, eval_batches=1)
+    model, _, info = G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path / "ro", verbose=True)
+    assert info["source"] == "trained" and isinstance(model, G.GPT)
+    assert "not cached" in capsys.readouterr().out
+    assert not (tmp_path / "ro" / info["key"]).exists()

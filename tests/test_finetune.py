@@ -6,8 +6,8 @@ autogrades the solution and the untouched exercise once: the solution notebook f
 two models, so it costs a few minutes of CPU.
 
 What nbgrader gives the two manually graded answers (Q3, Q4): in the solution they hold the
-mark scheme, i.e. text that differs from the release, so they wait for a person (score None,
-needs_manual_grade True) and the submission's score is the autograded points out of the full
+mark scheme, i.e. text that differs from the release, so they wait for a person (auto and
+manual score None, needs_manual_grade True) and the submission's score is the autograded points out of the full
 maximum; left as released they score 0 at once.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ import os
 import nbformat
 import pytest
 
-from conftest import HIDDEN_RE, ROOT, read_nb, set_solution
+from conftest import (HIDDEN_RE, ROOT, assert_self_check_passed, assert_self_check_reports_missing,
+                      filled_exercise, read_nb, set_solution)
 
 SOURCE = ROOT / "solutions" / "finetune" / "finetune.ipynb"
 EXERCISE = ROOT / "exercises" / "finetune" / "finetune.ipynb"
@@ -175,7 +176,7 @@ def graded(tmp_path_factory):
     from autograder.grade import grade
 
     subs = tmp_path_factory.mktemp("finetune_subs")
-    nbformat.write(read_nb(SOURCE), subs / "full.ipynb")
+    nbformat.write(filled_exercise("finetune"), subs / "full.ipynb")  # what a student hands in
     (subs / "untouched.ipynb").write_bytes(EXERCISE.read_bytes())
     out = tmp_path_factory.mktemp("finetune_out")
     # cell_timeout: the fine-tuning cell needs about 1-2 min on an idle core, far more on a
@@ -189,8 +190,8 @@ def _manual_grades(grading_dir, student):
 
     with Gradebook(f"sqlite:///{grading_dir / 'gradebook.db'}") as gb:
         sub = gb.find_submission("finetune", student)
-        return {g.name: (g.score, g.needs_manual_grade) for nb in sub.notebooks for g in nb.grades
-                if g.name in MANUAL}
+        return {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade) for nb in sub.notebooks
+                for g in nb.grades if g.name in MANUAL}
 
 
 @pytest.mark.slow
@@ -202,7 +203,14 @@ def test_solution_gets_every_autograded_point(graded):
     assert full.score == AUTO, full.tests  # the 13 written points wait for a person
     manual = _manual_grades(grading, "full")
     assert set(manual) == set(MANUAL)
-    assert all(score is None and needs for score, needs in manual.values())
+    assert all(auto is None and by_hand is None and needs for auto, by_hand, needs in manual.values())
+
+
+@pytest.mark.slow
+def test_hand_in_cell_reports_the_visible_checks(graded):
+    _, grading = graded
+    assert_self_check_passed(grading, "full", "finetune")
+    assert_self_check_reports_missing(grading, "untouched", "finetune")
 
 
 @pytest.mark.slow
@@ -211,4 +219,4 @@ def test_untouched_exercise_scores_zero_without_crashing(graded):
     assert res["untouched"].status == "graded", res["untouched"].message
     assert res["untouched"].score == 0
     manual = _manual_grades(grading, "untouched")
-    assert all(score == 0 and not needs for score, needs in manual.values())
+    assert all(auto == 0 and not needs for auto, _, needs in manual.values())

@@ -16,7 +16,8 @@ import nbformat
 import pytest
 
 from autograder.grade import grade
-from conftest import ROOT, read_nb, set_solution
+from conftest import (ROOT, assert_self_check_passed, assert_self_check_reports_missing, filled_exercise,
+                      read_nb, set_solution)
 
 CONCEPTS = ROOT / "solutions" / "concepts" / "concepts.ipynb"
 LAB = ROOT / "solutions" / "llm_lab" / "llm_lab.ipynb"
@@ -74,7 +75,7 @@ def _manual_grades(grading_dir, assignment, student):
 @pytest.fixture(scope="module")
 def concepts(tmp_path_factory):
     subs = tmp_path_factory.mktemp("concepts_subs")
-    nbformat.write(read_nb(CONCEPTS), subs / "full.ipynb")
+    nbformat.write(filled_exercise("concepts"), subs / "full.ipynb")  # what a student hands in
     (subs / "untouched.ipynb").write_bytes((ROOT / "exercises" / "concepts" / "concepts.ipynb").read_bytes())
     nbformat.write(set_solution(read_nb(CONCEPTS), "head_importance", WRONG_HEAD_IMPORTANCE),
                    subs / "wrong_sign.ipynb")
@@ -86,12 +87,19 @@ def concepts(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     subs = tmp_path_factory.mktemp("lab_subs")
-    nbformat.write(read_nb(LAB), subs / "full.ipynb")
+    nbformat.write(filled_exercise("llm_lab"), subs / "full.ipynb")  # what a student hands in
     (subs / "untouched.ipynb").write_bytes((ROOT / "exercises" / "llm_lab" / "llm_lab.ipynb").read_bytes())
     nbformat.write(set_solution(read_nb(LAB), "top_p_filter", WRONG_TOP_P), subs / "wrong_top_p.ipynb")
     out = tmp_path_factory.mktemp("lab_out")
     report = grade("llm_lab", subs, out_dir=out, grading_dir=out / "grading")
     return {r.student_id: r for r in report.results}, out / "grading"
+
+
+@pytest.mark.parametrize("which", ["concepts", "llm_lab"])
+def test_hand_in_cell_reports_the_visible_checks(which, request):
+    _, grading = request.getfixturevalue("concepts" if which == "concepts" else "lab")
+    assert_self_check_passed(grading, "full", which)
+    assert_self_check_reports_missing(grading, "untouched", which)
 
 
 def test_points_in_the_notebooks_add_up():
