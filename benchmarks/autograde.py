@@ -90,6 +90,11 @@ def main() -> None:
         subs.mkdir()
         make_submissions(subs, args.n)
         t_seq, seq = sequential_nbgrader(subs, tmp)
+        # the same starting point as the sequential run: the assignment is already released
+        # into the gradebook (the first batch of a class pays for that once, a few seconds)
+        (tmp / "empty").mkdir()
+        grade("attention", tmp / "empty", out_dir=tmp / "out0", grading_dir=tmp / "ours", workers=1,
+              use_sandbox=args.sandbox)  # no submissions: only records the release in the gradebook
         t = time.perf_counter()
         report = grade("attention", subs, out_dir=tmp / "out", grading_dir=tmp / "ours",
                        workers=args.workers, use_sandbox=args.sandbox)

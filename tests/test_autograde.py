@@ -206,3 +206,23 @@ def test_cli_grade_prints_summary(tmp_path):
     assert "corrupt notebook: x.ipynb" in proc.stdout
     assert "not a notebook: y.txt" in proc.stdout
     assert (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_release_is_recorded_once_per_grading_folder(tmp_path, monkeypatch):
+    """A second batch graded into the same folder reuses the release in its gradebook; a changed
+    source (here: a stale fingerprint) is released again."""
+    import autograder.grade as G
+
+    empty = tmp_path / "subs"
+    empty.mkdir()
+    G.grade("attention", empty, out_dir=tmp_path / "o1", grading_dir=tmp_path / "g")
+    assert (tmp_path / "g" / "release" / ".attention.sources").exists()
+
+    def released_again(*args, **kwargs):
+        raise AssertionError("released again")
+
+    monkeypatch.setattr(G, "release", released_again)
+    G.grade("attention", empty, out_dir=tmp_path / "o2", grading_dir=tmp_path / "g")
+    (tmp_path / "g" / "release" / ".attention.sources").write_text("stale")
+    with pytest.raises(AssertionError, match="released again"):
+        G.grade("attention", empty, out_dir=tmp_path / "o3", grading_dir=tmp_path / "g")
