@@ -108,6 +108,13 @@ def assert_self_check_reports_missing(grading_dir: Path, student: str, assignmen
     assert "[PASS]" not in out, out
 
 
+def assert_hand_in_reports(grading_dir: Path, assignment: str) -> None:
+    """Both hand-in checks on an autograded batch: `full` (the filled exercise) passed every
+    visible check, `untouched` (the released exercise) listed what is missing."""
+    assert_self_check_passed(grading_dir, "full", assignment)
+    assert_self_check_reports_missing(grading_dir, "untouched", assignment)
+
+
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, **kw)
 

@@ -10,8 +10,7 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, student_id_from_name
-from conftest import (ROOT, assert_self_check_passed, assert_self_check_reports_missing, filled_exercise,
-                      read_nb, run, secret_lines, set_solution)
+from conftest import ROOT, assert_hand_in_reports, filled_exercise, read_nb, run, secret_lines, set_solution
 from tamper_corpus import EQ_CHEAT  # results that claim equality with everything
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
@@ -99,8 +98,7 @@ def test_solution_scores_full_marks(graded):
 
 def test_hand_in_cell_reports_the_visible_checks(graded):
     _, _, out = graded
-    assert_self_check_passed(out / "grading", "full", "attention")
-    assert_self_check_reports_missing(out / "grading", "untouched", "attention")
+    assert_hand_in_reports(out / "grading", "attention")
 
 
 def test_untouched_student_notebook_scores_zero_without_crashing(graded):

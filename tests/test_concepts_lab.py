@@ -16,8 +16,7 @@ import nbformat
 import pytest
 
 from autograder.grade import grade
-from conftest import (ROOT, assert_self_check_passed, assert_self_check_reports_missing, filled_exercise,
-                      read_nb, set_solution)
+from conftest import ROOT, assert_hand_in_reports, filled_exercise, read_nb, set_solution
 
 CONCEPTS = ROOT / "solutions" / "concepts" / "concepts.ipynb"
 LAB = ROOT / "solutions" / "llm_lab" / "llm_lab.ipynb"
@@ -98,8 +97,7 @@ def lab(tmp_path_factory):
 @pytest.mark.parametrize("which", ["concepts", "llm_lab"])
 def test_hand_in_cell_reports_the_visible_checks(which, request):
     _, grading = request.getfixturevalue("concepts" if which == "concepts" else "lab")
-    assert_self_check_passed(grading, "full", which)
-    assert_self_check_reports_missing(grading, "untouched", which)
+    assert_hand_in_reports(grading, which)
 
 
 def test_points_in_the_notebooks_add_up():
