@@ -39,3 +39,4 @@ def configure(c, root: Path = ROOT, grading_dir: Path | None = None,
         "autograder.preprocessors.HideHiddenTests",
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
+    c.GenerateFeedback.exporter_class = "autograder.preprocessors.FeedbackExporter"

@@ -187,6 +187,50 @@ def test_no_feedback_file_shows_hidden_test_code(graded):
         assert not hidden & lines, f"{page.name} shows hidden tests: {sorted(hidden & lines)[:3]}"
 
 
+def test_no_student_kernel_outlives_the_batch(graded):
+    """Kernels are killed, not asked to stop, once their notebook has run (and the crashed one
+    died by itself): no process of the batch's grading folder is left running."""
+    from pathlib import Path
+
+    _, _, out = graded
+    grading = str(out / "grading")
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended meanwhile, or is not ours to read
+            continue
+        if proc.name.isdigit() and grading in cmdline:
+            left.append(cmdline[:200])
+    assert not left, left
+
+
+def test_feedback_exporter_matches_nbconvert_text(tmp_path):
+    """The feedback exporter (nbconvert's HTML exporter minus its BeautifulSoup pass) gives
+    pages with the same text as nbconvert's, and alt text on every image."""
+    import base64
+    import re
+
+    from bs4 import BeautifulSoup
+    from nbconvert.exporters import HTMLExporter
+    from traitlets.config import Config
+
+    from autograder.preprocessors import FeedbackExporter
+
+    nb = filled_exercise("attention")
+    png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
+    next(c for c in nb.cells if c.cell_type == "code").outputs = [nbformat.v4.new_output("display_data", data={"image/png": png}),
+                           nbformat.v4.new_output("stream", name="stdout", text="x < y & z\n")]
+    config = Config({"HTMLExporter": {"template_name": "classic"}})
+    ours, _ = FeedbackExporter(config=config).from_notebook_node(nb)
+    theirs, _ = HTMLExporter(config=config).from_notebook_node(nb)
+    text = [" ".join(BeautifulSoup(page, "html.parser").get_text().split()) for page in (ours, theirs)]
+    assert text[0] == text[1]
+    assert "x < y & z" in text[0]
+    images = re.findall(r"<img\b[^>]*>", ours)
+    assert len(images) == 1 and all(" alt=" in img for img in images)
+
+
 def test_student_id_from_file_name(tmp_path):
     assert student_id_from_name(tmp_path / "s123_attention.ipynb", "attention") == "s123"
     assert student_id_from_name(tmp_path / "Ann Lee.ipynb", "attention") == "Ann_Lee"

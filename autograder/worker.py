@@ -1,0 +1,45 @@
+"""One grading worker: ``nbgrader autograde`` and then ``nbgrader generate_feedback``
+for the students of one worker folder, in one Python process.
+
+    python -m autograder.worker <autograde arguments> --then <generate_feedback arguments>
+
+(the arguments of each step as on nbgrader's command line after the step's name).
+
+Run by ``grade`` once per worker.  Two ``python -m nbgrader`` commands would pay
+nbgrader's start-up (imports and configuration, a few seconds) twice per worker.
+The exit status is the first non-zero status of the two steps; feedback is
+generated even when autograding failed for some students.
+"""
+from __future__ import annotations
+
+import sys
+
+# nbformat imports jsonschema, which imports rfc3987_syntax when it is installed; that
+# package builds its IRI grammar at import time, about 1.5 s of CPU per process
+# (python-jsonschema/jsonschema#1521).  Grading never validates IRIs: without the package
+# jsonschema simply has no checker for the "iri" format.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--then" not in argv:
+        raise SystemExit("usage: python -m autograder.worker <autograde args> --then <generate_feedback args>")
+    cut = argv.index("--then")
+    from nbgrader.apps.autogradeapp import AutogradeApp
+    from nbgrader.apps.generatefeedbackapp import GenerateFeedbackApp
+
+    status = 0
+    for app_class, args in ((AutogradeApp, argv[:cut]), (GenerateFeedbackApp, argv[cut + 1:])):
+        app = app_class()
+        try:
+            app.initialize(args)
+            app.start()
+        except SystemExit as exc:  # nbgrader exits 1 when any notebook failed
+            code = exc.code if isinstance(exc.code, int) else 1
+            status = status or code
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
