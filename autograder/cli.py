@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=None, help="parallel graders (default: CPU cores)")
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
                    help="run student code in bubblewrap: auto (when available, else warn), on, off")
-    p.add_argument("--memory-mb", type=int, default=8192, help="address-space limit per kernel")
+    p.add_argument("--memory-mb", type=int, default=8192, help="memory limit per kernel: its address space, or its data segment when the kernels get the GPU")
     p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 300)")
     p.add_argument("--notebook-timeout", type=int, default=None, help="seconds per notebook (default 1800)")
     p.set_defaults(func=_cmd_grade)

@@ -192,12 +192,12 @@ def _warm_caches(source_nb: Path) -> str | None:
 
 
 def _prepare_worker(gdir: Path, main_db: Path, hide: list[Path], use_bwrap: bool,
-                    memory_mb: int, threads: int) -> None:
+                    memory_mb: int, threads: int, gpu: bool = False) -> None:
     shutil.rmtree(gdir, ignore_errors=True)
     (gdir / "tmp").mkdir(parents=True)
     shutil.copy(main_db, gdir / "gradebook.db")
     sandbox.install_kernelspec(gdir / "jupyter", hide=hide, memory_mb=memory_mb,
-                               use_bwrap=use_bwrap, threads=threads)
+                               use_bwrap=use_bwrap, threads=threads, gpu=gpu)
 
 
 def _cause(log: str, timed_out: bool, limit: float) -> str:
@@ -279,7 +279,7 @@ def _scores(db: Path, assignment: str, students: list[str]) -> dict:
 
 # ----------------------------------------------------------------------------- feedback
 
-def _provenance(assignment: str, seconds: float, sandboxed: bool) -> str:
+def _provenance(assignment: str, seconds: float, sandboxed: bool, sandbox_gpu: bool = False) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     versions = {}
@@ -288,8 +288,9 @@ def _provenance(assignment: str, seconds: float, sandboxed: bool) -> str:
             versions[dist] = version(dist)
         except PackageNotFoundError:  # a missing package is simply not listed
             pass
-    # the kernels pick their device themselves; the sandbox gives them no GPU device nodes
-    device = "cuda" if Path("/dev/nvidia0").exists() and not sandboxed else "cpu"
+    # the kernels pick their device themselves; the sandbox shows them the GPU only when
+    # gpu_works_in_sandbox said CUDA works inside it
+    device = "cuda" if Path("/dev/nvidia0").exists() and (sandbox_gpu or not sandboxed) else "cpu"
     parts = [f"assignment {assignment}", f"python {platform.python_version()}",
              *[f"{k} {v}" for k, v in versions.items()], f"device {device}", "seed 0",
              f"graded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
@@ -363,6 +364,10 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
             "WARNING: student code runs WITHOUT a sandbox (bubblewrap " +
             ("disabled" if use_sandbox == "off" else "not available: apt-get install bubblewrap") +
             "): it can read files and reach the network; only the memory limit applies.")
+    gpu = use_bwrap and sandbox.gpu_works_in_sandbox(memory_mb)
+    if use_bwrap and sandbox.gpu_nodes() and not gpu:
+        report.warnings.append("NOTE: this machine has an NVIDIA GPU, but CUDA did not work inside the "
+                               "sandbox: student code runs on the CPU (use --sandbox off to give it the GPU).")
 
     # Record the assignment (cells, points, hidden tests) in the gradebook, unless this grading
     # folder already holds the release of exactly these sources (a second batch of the class).
@@ -434,7 +439,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     pool = []
     for k, share in enumerate(shares):
         gdir = grading / "workers" / f"w{k}"
-        _prepare_worker(gdir, main_db, hide, use_bwrap, memory_mb, threads)
+        _prepare_worker(gdir, main_db, hide, use_bwrap, memory_mb, threads, gpu)
         for sid in share:
             target = gdir / "submitted" / sid / assignment
             target.mkdir(parents=True)
@@ -461,7 +466,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     singles = []
     for k, sid in enumerate(retry):
         gdir = grading / "workers" / f"retry{k}"
-        _prepare_worker(gdir, main_db, hide, use_bwrap, memory_mb, threads)
+        _prepare_worker(gdir, main_db, hide, use_bwrap, memory_mb, threads, gpu)
         target = gdir / "submitted" / sid / assignment
         target.mkdir(parents=True)
         nbformat.write(queue[sid][1], target / nb_name)
@@ -486,7 +491,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
             if auto.exists() and "CellTimeoutError" in auto.read_text(errors="replace"):
                 result.note("a cell hit the time limit and was stopped")
     report.seconds = time.monotonic() - t0
-    footer = _provenance(assignment, report.seconds, use_bwrap)
+    footer = _provenance(assignment, report.seconds, use_bwrap, gpu)
     for page in feedback_dir.glob("*.html"):
         text = page.read_text(errors="replace")
         if "grading-provenance" not in text:

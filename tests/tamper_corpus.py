@@ -7,7 +7,6 @@ summary status; ``note`` is a piece of the line the summary must print.  Cases m
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable

@@ -8,7 +8,7 @@ from __future__ import annotations
 import nbformat
 from nbclient import NotebookClient
 
-from conftest import ROOT, cell_text, fill_solutions, handin_cell, read_nb
+from conftest import HIDDEN_RE, ROOT, cell_text, fill_solutions, handin_cell, read_nb
 
 def execute(nb, cwd, allow_errors=False):
     NotebookClient(nb, timeout=900, allow_errors=allow_errors,
@@ -39,5 +39,8 @@ def test_check_one_question_and_partial_run_warning(tmp_path):
     assert "[FAIL] Q2" in q2 and "calculate_multihead_attention" in q2, q2
     assert "WARNING: only" in final and "Restart and run all" in final, final
     # the self-check never shows hidden-test code
-    secret = read_nb(src)
+    shown = {ln.strip() for ln in (q1 + q2 + final).splitlines()}
+    hidden = {ln.strip() for cell in read_nb(src).cells for region in HIDDEN_RE.findall(cell.source)
+              for ln in region.splitlines() if len(ln.strip()) >= 12}
+    assert hidden and not hidden & shown, sorted(hidden & shown)[:3]
     assert "einsum(" not in q1 + q2 + final
