@@ -55,6 +55,26 @@ def colab_saved(nb):
     return nb
 
 
+def jupyterlab4_saved(nb):
+    """What JupyterLab 4 writes after a student worked in the notebook: fresh UUID cell ids
+    (cells pasted into a new notebook get new ones), Lab's own cell metadata, outputs and
+    execution counts, the ipykernel kernelspec and language_info, non-ASCII text kept."""
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    nb.metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+                   "language_info": {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                                     "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                                     "pygments_lexer": "ipython3", "version": "3.12.3"}}
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = str(uuid.UUID(int=(i + 1) * 7919))
+        cell.metadata.update({"tags": [], "trusted": True})
+        if cell.cell_type == "markdown":
+            cell.metadata["jp-MarkdownHeadingCollapsed"] = False
+        else:
+            cell.execution_count = i + 1
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran in JupyterLab — ok\n")]
+    return nb
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     subs = tmp_path_factory.mktemp("submissions")
@@ -67,6 +87,8 @@ def graded(tmp_path_factory):
     nbformat.write(set_solution(read_nb(SOURCE), "get_multihead_qkv", EQ_CHEAT), subs / "eqcheat.ipynb")
     colab = colab_saved(read_nb(SOURCE))
     (subs / "colab.ipynb").write_text(json.dumps(colab, indent=1))
+    lab = jupyterlab4_saved(read_nb(SOURCE))
+    (subs / "lab4.ipynb").write_text(json.dumps(lab, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     # Colab copy in which the student deleted the Q4 answer cell and wrote the class in a new
     # cell (no grading metadata), and deleted the Q1 visible test cell
     recreated = colab_saved(read_nb(SOURCE))
@@ -129,6 +151,13 @@ def test_colab_saved_notebook_grades_like_the_original(graded):
     assert res["colab"].score == res["full"].score
 
 
+def test_jupyterlab4_saved_notebook_grades_like_the_original(graded):
+    _, res, _ = graded
+    assert res["lab4"].status == "graded", res["lab4"].message
+    assert res["lab4"].score == res["full"].score == 30
+    assert res["lab4"].tests == res["full"].tests
+
+
 def test_recreated_and_stripped_cells_are_repaired(graded):
     _, res, out = graded
     assert res["recreated"].score == 30, res["recreated"].message
@@ -146,7 +175,7 @@ def test_bad_files_get_a_clear_line_and_zero(graded):
     table = report.table()
     for sid in ("full", "untouched", "corrupt", "report", "crash"):
         assert sid in table
-    assert "11 submissions: 8 graded, 3 with errors" in table
+    assert "12 submissions: 9 graded, 3 with errors" in table
 
 
 def test_grades_csv_and_feedback(graded):
