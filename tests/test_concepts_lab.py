@@ -110,23 +110,32 @@ def test_points_in_the_notebooks_add_up():
         assert sum(m["points"] for m in cells if not m["solution"]) == auto
 
 
-def test_concepts_solution_gets_every_autograded_point(concepts):
-    res, grading = concepts
+def assert_full_exercise_waits_for_a_person(res, grading, assignment, max_score, auto, manual_ids):
+    """The filled exercise gets every autograded point; each written answer waits for a person."""
     full = res["full"]
     assert full.status == "graded", full.message
-    assert full.max_score == CONCEPTS_MAX
-    assert full.score == CONCEPTS_AUTO  # the 90 written points wait for a person
-    manual, waiting = _manual_grades(grading, "concepts", "full")
-    assert set(manual) == CONCEPTS_MANUAL and waiting
+    assert full.max_score == max_score
+    assert full.score == auto
+    manual, waiting = _manual_grades(grading, assignment, "full")
+    assert set(manual) == manual_ids and waiting
     assert set(manual.values()) == {(None, None, True)}
 
 
-def test_concepts_untouched_scores_zero(concepts):
-    res, grading = concepts
+def assert_untouched_scores_zero_at_once(res, grading, assignment):
+    """The untouched exercise scores 0, written answers included (unchanged: 0 at once)."""
     assert res["untouched"].status == "graded", res["untouched"].message
     assert res["untouched"].score == 0
-    manual, waiting = _manual_grades(grading, "concepts", "untouched")
-    assert set(manual.values()) == {(0.0, None, False)} and not waiting  # unchanged: 0 at once
+    manual, waiting = _manual_grades(grading, assignment, "untouched")
+    assert set(manual.values()) == {(0.0, None, False)} and not waiting
+
+
+def test_concepts_solution_gets_every_autograded_point(concepts):
+    # the 90 written points wait for a person
+    assert_full_exercise_waits_for_a_person(*concepts, "concepts", CONCEPTS_MAX, CONCEPTS_AUTO, CONCEPTS_MANUAL)
+
+
+def test_concepts_untouched_scores_zero(concepts):
+    assert_untouched_scores_zero_at_once(*concepts, "concepts")
 
 
 def test_concepts_wrong_head_importance_loses_exactly_its_points(concepts):
@@ -136,22 +145,12 @@ def test_concepts_wrong_head_importance_loses_exactly_its_points(concepts):
 
 
 def test_lab_solution_gets_every_autograded_point(lab):
-    res, grading = lab
-    full = res["full"]
-    assert full.status == "graded", full.message
-    assert full.max_score == LAB_MAX
-    assert full.score == LAB_AUTO  # Q6 to Q8 (26 points) wait for a person
-    manual, waiting = _manual_grades(grading, "llm_lab", "full")
-    assert set(manual) == LAB_MANUAL and waiting
-    assert set(manual.values()) == {(None, None, True)}
+    # Q6 to Q8 (26 points) wait for a person
+    assert_full_exercise_waits_for_a_person(*lab, "llm_lab", LAB_MAX, LAB_AUTO, LAB_MANUAL)
 
 
 def test_lab_untouched_scores_zero(lab):
-    res, grading = lab
-    assert res["untouched"].status == "graded", res["untouched"].message
-    assert res["untouched"].score == 0
-    manual, waiting = _manual_grades(grading, "llm_lab", "untouched")
-    assert set(manual.values()) == {(0.0, None, False)} and not waiting
+    assert_untouched_scores_zero_at_once(*lab, "llm_lab")
 
 
 def test_lab_wrong_top_p_loses_exactly_its_points(lab):
