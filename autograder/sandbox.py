@@ -73,13 +73,12 @@ def gpu_nodes() -> list[Path]:
     return sorted(DEV.glob("nvidia*")) if DEV.is_dir() else []
 
 
-def probe(memory_mb: int = DEFAULT_MEMORY_MB, gpu: bool = False, use_bwrap: bool = True,
-          hide: list[Path] = ()) -> dict:
+def probe(memory_mb: int = DEFAULT_MEMORY_MB, gpu: bool = False, use_bwrap: bool = True) -> dict:
     """Run PROBE exactly as a kernel would run (same sandbox, same limits) and return
     what it saw: {"limits": {"AS": .., "DATA": ..}, "nvidia_nodes": [...], "cuda": bool}."""
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
         argv = [sys.executable, "-m", "autograder.sandbox", f"--memory-mb={memory_mb}", "--probe",
-                *[f"--hide={p}" for p in hide], *(["--gpu"] if gpu else []),
+                *(["--gpu"] if gpu else []),
                 *([] if use_bwrap else ["--no-bwrap"]), str(Path(tmp) / "probe.json")]
         proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:

@@ -110,8 +110,15 @@ def test_points_in_the_notebooks_add_up():
         assert sum(m["points"] for m in cells if not m["solution"]) == auto
 
 
-def assert_full_exercise_waits_for_a_person(res, grading, assignment, max_score, auto, manual_ids):
-    """The filled exercise gets every autograded point; each written answer waits for a person."""
+# fixture, assignment, maximum, autograded points, written answers (they wait for a person:
+# 90 points of concepts, Q6 to Q8 with 26 points of the lab)
+BATCHES = [("concepts", "concepts", CONCEPTS_MAX, CONCEPTS_AUTO, CONCEPTS_MANUAL),
+           ("lab", "llm_lab", LAB_MAX, LAB_AUTO, LAB_MANUAL)]
+
+
+@pytest.mark.parametrize("fixture, assignment, max_score, auto, manual_ids", BATCHES, ids=["concepts", "lab"])
+def test_filled_exercise_gets_every_autograded_point(request, fixture, assignment, max_score, auto, manual_ids):
+    res, grading = request.getfixturevalue(fixture)
     full = res["full"]
     assert full.status == "graded", full.message
     assert full.max_score == max_score
@@ -121,36 +128,19 @@ def assert_full_exercise_waits_for_a_person(res, grading, assignment, max_score,
     assert set(manual.values()) == {(None, None, True)}
 
 
-def assert_untouched_scores_zero_at_once(res, grading, assignment):
-    """The untouched exercise scores 0, written answers included (unchanged: 0 at once)."""
+@pytest.mark.parametrize("fixture, assignment", [b[:2] for b in BATCHES], ids=["concepts", "lab"])
+def test_untouched_exercise_scores_zero(request, fixture, assignment):
+    res, grading = request.getfixturevalue(fixture)
     assert res["untouched"].status == "graded", res["untouched"].message
     assert res["untouched"].score == 0
     manual, waiting = _manual_grades(grading, assignment, "untouched")
-    assert set(manual.values()) == {(0.0, None, False)} and not waiting
-
-
-def test_concepts_solution_gets_every_autograded_point(concepts):
-    # the 90 written points wait for a person
-    assert_full_exercise_waits_for_a_person(*concepts, "concepts", CONCEPTS_MAX, CONCEPTS_AUTO, CONCEPTS_MANUAL)
-
-
-def test_concepts_untouched_scores_zero(concepts):
-    assert_untouched_scores_zero_at_once(*concepts, "concepts")
+    assert set(manual.values()) == {(0.0, None, False)} and not waiting  # unchanged: 0 at once
 
 
 def test_concepts_wrong_head_importance_loses_exactly_its_points(concepts):
     res, _ = concepts
     assert res["wrong_sign"].status == "graded", res["wrong_sign"].message
     assert res["wrong_sign"].score == CONCEPTS_AUTO - HEAD_IMPORTANCE
-
-
-def test_lab_solution_gets_every_autograded_point(lab):
-    # Q6 to Q8 (26 points) wait for a person
-    assert_full_exercise_waits_for_a_person(*lab, "llm_lab", LAB_MAX, LAB_AUTO, LAB_MANUAL)
-
-
-def test_lab_untouched_scores_zero(lab):
-    assert_untouched_scores_zero_at_once(*lab, "llm_lab")
 
 
 def test_lab_wrong_top_p_loses_exactly_its_points(lab):
