@@ -26,7 +26,7 @@ def _cmd_collect(args) -> int:
 
 
 def _cmd_grade(args) -> int:
-    from .grade import grade
+    from .grade import GradingError, grade
     from .release import ReleaseError
 
     try:
@@ -34,7 +34,7 @@ def _cmd_grade(args) -> int:
                        grading_dir=args.grading_dir, cell_timeout=args.cell_timeout,
                        notebook_timeout=args.notebook_timeout, workers=args.workers,
                        use_sandbox=args.sandbox, memory_mb=args.memory_mb, roster=args.roster)
-    except ReleaseError as exc:
+    except (ReleaseError, GradingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.table())
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=None, help="parallel graders (default: CPU cores)")
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
                    help="run student code in bubblewrap: auto (when available, else warn), on, off")
-    p.add_argument("--memory-mb", type=int, default=8192, help="memory limit per kernel: its address space, or its data segment when the kernels get the GPU")
+    p.add_argument("--memory-mb", type=int, default=None, help="memory limit per kernel: its address space, or its data segment when the kernels get the GPU")
     p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 300)")
     p.add_argument("--notebook-timeout", type=int, default=None, help="seconds per notebook (default 1800)")
     p.set_defaults(func=_cmd_grade)

@@ -33,6 +33,26 @@ def configure(c, root: Path = ROOT, grading_dir: Path | None = None,
     c.Execute.interrupt_on_timeout = True
     c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]
 
+    # Autograding: the student's cells run in the sandboxed kernel, the test cells run here,
+    # in the grader's process (autograder/judge.py); everything else is nbgrader's chain.
+    c.Autograde.autograde_preprocessors = [
+        "autograder.judge.JudgedExecute",
+        "nbgrader.preprocessors.IgnorePattern",
+        "nbconvert.preprocessors.ClearMetadataPreprocessor",
+        "nbgrader.preprocessors.LimitOutput",
+        "nbgrader.preprocessors.SaveAutoGrades",
+        "nbgrader.preprocessors.AssignLatePenalties",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+    c.JudgedExecute.timeout = cell_timeout
+    try:
+        from .course import load
+
+        course = load(root)
+        c.JudgedExecute.judge_context = {a.id: list(a.judge_context) for a in course.assignments}
+    except Exception:  # noqa: BLE001 - plain nbgrader commands still work; grading then reports it
+        pass
+
     # Feedback shows which tests passed and why others failed, never hidden-test source.
     c.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades",

@@ -21,6 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .intake import student_id_from_name
+
 CANVAS_RE = re.compile(r"^(?P<name>[^_]+)_(?P<late>LATE_)?(?P<uid>\d+)_(?P<subid>\d+)_(?P<orig>.+)$")
 MOODLE_RE = re.compile(r"^(?P<name>.+)_(?P<uid>\d+)_assignsubmission_(?:file|onlinetext)_?$")
 
@@ -78,8 +80,6 @@ def _identify(path: Path, base: Path) -> Entry:
 
 def collect(assignment: str, source: Path, out: Path, roster: Path | None = None) -> list[Entry]:
     """Copy each student's notebook to ``out/<student id>_<assignment>.ipynb``."""
-    from .grade import student_id_from_name
-
     by_lms = read_roster(roster)
     out.mkdir(parents=True, exist_ok=True)
     entries: list[Entry] = []

@@ -39,6 +39,21 @@ def defined_names(src: str) -> set[str]:
 def repair(nb, released) -> list[str]:
     """Fix ``nb`` in place against the released student notebook; return notes."""
     notes: list[str] = []
+    known = {_gid(c) for c in released.cells if _gid(c)}
+    # a cell pasted from another assignment: its grade id means nothing here.  An answer
+    # cell stays as ordinary code; a given or test cell of the other notebook is removed.
+    kept = []
+    for cell in nb.cells:
+        gid = _gid(cell)
+        if gid and gid not in known:
+            meta = cell.metadata.pop("nbgrader")
+            if meta.get("solution") and not meta.get("grade") or meta.get("solution") and cell.cell_type == "code":
+                notes.append(f"a cell from another notebook (grade id '{gid}') runs as ordinary code, ungraded")
+            else:
+                notes.append(f"a cell from another notebook (grade id '{gid}') was removed")
+                continue
+        kept.append(cell)
+    nb.cells = kept
     # a copied cell keeps its grade id; nbgrader would choke on the duplicate, so the
     # copy loses its grading metadata and runs as ordinary code
     first: set[str] = set()

@@ -1,47 +1,64 @@
-"""Run student kernels where they cannot read what they must not, nor reach the network.
+"""Run student kernels where they see only what a kernel needs.
 
-nbgrader starts the kernel named ``course-sandbox``, whose command is this
-module.  It starts the real IPython kernel inside bubblewrap (Debian package
-``bubblewrap``) when that works on the machine:
+The grader starts the kernel named ``course-sandbox``, whose command is this module.  It
+starts the real IPython kernel inside bubblewrap (Debian package ``bubblewrap``):
 
-* the whole file system read-only, with ``solutions/``, the repository's
-  ``.git``, the grading folder (gradebook, other students' work) and the
-  instructor's home hidden behind empty tmpfs mounts;
-* the kernel's own working folder (one student's autograded copy) and the
-  connection folder writable; ``/tmp`` private;
-* no network (a private network namespace; the kernel talks to nbgrader over
-  IPC sockets in the connection folder), its own PID namespace;
-* an address-space limit, so a 10 GB allocation fails inside the cell;
-* with ``--gpu``, the NVIDIA driver's device nodes (``/dev/nvidia*``) bound into
-  the sandbox's ``/dev``, so torch finds the GPU.  CUDA reserves far more address
-  space than it uses, so the memory limit then caps the data segment
-  (``RLIMIT_DATA``: heap and private writable mappings, where a 10 GB tensor
-  lives) instead.  ``grade`` passes ``--gpu`` only after ``gpu_works_in_sandbox``
+* **an allow-list of read-only folders**, nothing else of the host: the operating
+  system's programs and libraries (``/usr`` and the ``/bin``, ``/lib`` links), a few
+  files of ``/etc`` the dynamic loader and fonts need, the Python installation and the
+  virtual environment, the course package ``coursekit`` and the course data, and the
+  model cache.  No home folder, no other checkout, no ``solutions/``, no ``/var``, no
+  ``/run``, no host ``/tmp``: a file or a UNIX socket that is not listed does not exist
+  inside;
+* **a private working folder** (a size-limited tmpfs holding a copy of the submission)
+  and a size-limited ``/tmp``: what the kernel writes stays in memory the grader never
+  reads, and dies with the sandbox;
+* the kernel's connection folder (its ZeroMQ IPC sockets) is the only host folder it may
+  write to; no network at all (a private network namespace), its own PID, IPC and UTS
+  namespaces, a new session (no terminal to inject keystrokes into);
+* a cleared environment with an allow-list of variables (no instructor tokens);
+* limits: memory (the address space; with the GPU the data segment, because CUDA
+  reserves far more address space than it uses), the size of any file it writes, no core
+  dumps;
+* with ``--gpu``, the NVIDIA driver's device nodes (``/dev/nvidia*``) and ``/sys`` read-only,
+  so torch finds the GPU.  ``grade`` passes ``--gpu`` only after ``gpu_works_in_sandbox``
   saw CUDA work that way on this machine.
 
-Without bubblewrap only the resource limit applies, and ``grade`` prints a
-warning saying so.
+Without bubblewrap only the resource limits apply, and ``grade`` prints a warning.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import tempfile
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 KERNEL_NAME = "course-sandbox"
 DEFAULT_MEMORY_MB = 8192
+DEFAULT_TMP_MB = 512     # /tmp inside the sandbox (RAM)
+DEFAULT_WORK_MB = 512    # the kernel's working folder (RAM)
+DEFAULT_FILE_MB = 512    # the largest file the kernel may write
 DEV = Path("/dev")
+COURSE_ROOT = Path(__file__).resolve().parent.parent
 
-# what --probe runs in place of the kernel: the limits and devices a kernel would get
+# /etc files the dynamic loader, locale, fonts and a few libraries read
+ETC_FILES = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "hosts",
+             "localtime", "fonts", "mime.types", "os-release"]
+# variables the kernel keeps from the grader's environment (everything else is cleared)
+ENV_KEEP = ("PATH", "LANG", "LC_ALL", "PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+            "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "TOKENIZERS_PARALLELISM")
+ENV_PREFIXES = ("COURSE_",)
+
+# what --probe runs in place of the kernel: the limits, devices and files a kernel gets
 PROBE = """
 import json, os, resource
-limits = {name: resource.getrlimit(getattr(resource, 'RLIMIT_' + name))[0] for name in ('AS', 'DATA')}
+limits = {name: resource.getrlimit(getattr(resource, 'RLIMIT_' + name))[0] for name in ('AS', 'DATA', 'FSIZE')}
 nodes = sorted(n for n in os.listdir('/dev') if n.startswith('nvidia'))
 cuda = False
 if nodes:
@@ -50,7 +67,9 @@ if nodes:
         cuda = torch.cuda.is_available() and torch.ones(2, device='cuda').sum().item() == 2.0
     except Exception:
         cuda = False
-print(json.dumps({'limits': limits, 'nvidia_nodes': nodes, 'cuda': cuda}))
+import torch  # the kernel's first import: it must work inside
+print(json.dumps({'limits': limits, 'nvidia_nodes': nodes, 'cuda': cuda, 'cwd': os.getcwd(),
+                  'torch': torch.__version__, 'home': os.environ.get('HOME')}))
 """
 
 
@@ -60,7 +79,7 @@ def bwrap_works() -> bool:
     if not exe:
         return False
     try:
-        proc = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-net", "--dev", "/dev", "true"],
+        proc = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--dev", "/dev", "true"],
                               capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -73,14 +92,85 @@ def gpu_nodes() -> list[Path]:
     return sorted(DEV.glob("nvidia*")) if DEV.is_dir() else []
 
 
+def readable_paths() -> list[Path]:
+    """Host folders a kernel needs, read-only: Python, the venv, the course package and
+    data, the model cache (on top of /usr, the /bin and /lib links and a few /etc files)."""
+    from coursekit.models import course_cache_dir
+
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
+             COURSE_ROOT / "coursekit", COURSE_ROOT / "data", course_cache_dir()}
+    out = []
+    for p in sorted(paths):
+        try:
+            p = p.resolve()
+        except OSError:
+            continue
+        if p.exists() and not p.is_relative_to("/usr") and p != Path("/"):
+            out.append(p)
+    # drop folders inside others already listed
+    return [p for p in out if not any(p != q and p.is_relative_to(q) for q in out)]
+
+
+def bwrap_command(kernel_cmd: list[str], *, workdir: Path, conn_dir: Path, gpu: bool = False,
+                  tmp_mb: int = DEFAULT_TMP_MB, work_mb: int = DEFAULT_WORK_MB,
+                  copy_fd: int | None = None, copy_name: str | None = None,
+                  env: dict | None = None) -> list[str]:
+    """The bubblewrap command line that runs ``kernel_cmd`` as described in the module
+    docstring.  ``workdir`` becomes an empty tmpfs (``copy_fd`` is written into it as
+    ``copy_name``); ``conn_dir`` is bound read-write."""
+    cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent", "--new-session", "--clearenv",
+           "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        top = Path("/") / name
+        if top.is_symlink():
+            cmd += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            cmd += ["--ro-bind", str(top), str(top)]
+    for name in ETC_FILES:
+        cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if gpu:  # on top of the fresh /dev, which has no GPU
+        for node in gpu_nodes():
+            cmd += ["--dev-bind", str(node), f"/dev/{node.name}"]
+        cmd += ["--ro-bind", "/sys", "/sys"]
+    for p in readable_paths():
+        cmd += ["--ro-bind", str(p), str(p)]
+    cmd += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+            "--size", str(work_mb << 20), "--tmpfs", str(workdir)]
+    if copy_fd is not None and copy_name:
+        cmd += ["--file", str(copy_fd), str(workdir / copy_name)]
+    cmd += ["--bind", str(conn_dir), str(conn_dir), "--chdir", str(workdir)]
+    for key, value in sorted((env or {}).items()):
+        cmd += ["--setenv", key, value]
+    return cmd + ["--"] + kernel_cmd
+
+
+def kernel_env(source: dict | None = None) -> dict:
+    """The environment a kernel gets: an allow-list of the grader's variables plus a
+    private HOME and matplotlib folder in the sandbox's /tmp."""
+    source = os.environ if source is None else source
+    env = {k: v for k, v in source.items() if k in ENV_KEEP or k.startswith(ENV_PREFIXES)}
+    env.update(HOME="/tmp", TMPDIR="/tmp", MPLCONFIGDIR="/tmp/mpl", LANG=env.get("LANG", "C.UTF-8"),
+               PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+    for var in ("COURSE_SANDBOX_WORKDIR", "COURSE_SANDBOX_COPY"):
+        env.pop(var, None)
+    return env
+
+
 def probe(memory_mb: int = DEFAULT_MEMORY_MB, gpu: bool = False, use_bwrap: bool = True) -> dict:
-    """Run PROBE exactly as a kernel would run (same sandbox, same limits) and return
-    what it saw: {"limits": {"AS": .., "DATA": ..}, "nvidia_nodes": [...], "cuda": bool}."""
+    """Run PROBE exactly as a kernel would run (same sandbox, same limits) and return what
+    it saw: {"limits": {...}, "nvidia_nodes": [...], "cuda": bool, ...}.  Raises
+    RuntimeError with the last line of its error output when Python cannot run there."""
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
+        conn = Path(tmp) / "conn"
+        conn.mkdir()
         argv = [sys.executable, "-m", "autograder.sandbox", f"--memory-mb={memory_mb}", "--probe",
-                *(["--gpu"] if gpu else []),
-                *([] if use_bwrap else ["--no-bwrap"]), str(Path(tmp) / "probe.json")]
-        proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=300)
+                *(["--gpu"] if gpu else []), *([] if use_bwrap else ["--no-bwrap"]), str(conn / "probe.json")]
+        env = dict(os.environ, COURSE_SANDBOX_WORKDIR=str(Path(tmp) / "work"))
+        (Path(tmp) / "work").mkdir()
+        proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"sandbox probe failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -97,14 +187,15 @@ def gpu_works_in_sandbox(memory_mb: int = DEFAULT_MEMORY_MB) -> bool:
         return False
 
 
-def install_kernelspec(jupyter_dir: Path, hide: list[Path], memory_mb: int = DEFAULT_MEMORY_MB,
-                       use_bwrap: bool = True, threads: int | None = None, gpu: bool = False) -> Path:
+def install_kernelspec(jupyter_dir: Path, memory_mb: int = DEFAULT_MEMORY_MB, use_bwrap: bool = True,
+                       threads: int | None = None, gpu: bool = False, tmp_mb: int = DEFAULT_TMP_MB,
+                       work_mb: int = DEFAULT_WORK_MB, file_mb: int = DEFAULT_FILE_MB) -> Path:
     """Write ``<jupyter_dir>/kernels/course-sandbox/kernel.json``; put ``jupyter_dir`` on
     JUPYTER_PATH to make it visible.  Returns the spec folder."""
     spec_dir = Path(jupyter_dir) / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "autograder.sandbox", f"--memory-mb={memory_mb}"]
-    argv += [f"--hide={p}" for p in hide]
+    argv = [sys.executable, "-m", "autograder.sandbox", f"--memory-mb={memory_mb}", f"--tmp-mb={tmp_mb}",
+            f"--work-mb={work_mb}", f"--file-mb={file_mb}"]
     if not use_bwrap:
         argv.append("--no-bwrap")
     if threads:
@@ -119,43 +210,12 @@ def install_kernelspec(jupyter_dir: Path, hide: list[Path], memory_mb: int = DEF
     return spec_dir
 
 
-def _bwrap_command(connection_file: Path, hide: list[Path], kernel_cmd: list[str],
-                   gpu: bool = False) -> list[str]:
-    cwd = Path.cwd()
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev"]
-    for node in gpu_nodes() if gpu else []:  # on top of the fresh /dev, which has no GPU
-        cmd += ["--dev-bind", str(node), f"/dev/{node.name}"]
-    cmd += ["--proc", "/proc",
-           "--tmpfs", "/tmp", "--unshare-net", "--unshare-pid", "--die-with-parent",
-           "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/mpl",
-           # the parent's PID is invisible in the new PID namespace; --die-with-parent does that job
-           "--unsetenv", "JPY_PARENT_PID"]
-    home = Path.home()
-    # /tmp and the instructor's home are replaced by empty folders; put back, read-only,
-    # what the kernel needs to run: Python (pyenv, the venv), the course checkout (coursekit
-    # is installed from it), and the model caches.  Hidden folders are mounted after these.
-    course_root = Path(__file__).resolve().parent.parent
-    cache = Path(os.environ.get("COURSE_CACHE_DIR", home / ".cache" / "transformers-course"))
-    keep_ro = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
-               course_root, cache, home / ".cache" / "huggingface"}
-    cmd += ["--tmpfs", str(home)]
-    for p in sorted(keep_ro):
-        p = p.resolve()
-        if p.exists() and (p.is_relative_to(home) or p.is_relative_to("/tmp")):
-            cmd += ["--ro-bind", str(p), str(p)]
-    for p in hide:
-        if Path(p).exists():
-            cmd += ["--tmpfs", str(p)]
-    # what the kernel may write: its own folder and the connection folder
-    conn_dir = connection_file.resolve().parent
-    cmd += ["--bind", str(cwd), str(cwd), "--bind", str(conn_dir), str(conn_dir), "--chdir", str(cwd)]
-    return cmd + ["--"] + kernel_cmd
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m autograder.sandbox")
     parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB)
-    parser.add_argument("--hide", action="append", default=[], type=Path)
+    parser.add_argument("--tmp-mb", type=int, default=DEFAULT_TMP_MB)
+    parser.add_argument("--work-mb", type=int, default=DEFAULT_WORK_MB)
+    parser.add_argument("--file-mb", type=int, default=DEFAULT_FILE_MB)
     parser.add_argument("--no-bwrap", action="store_true")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--gpu", action="store_true", help="bind the NVIDIA device nodes into the sandbox")
@@ -164,18 +224,31 @@ def main(argv: list[str] | None = None) -> None:
     # whatever follows (e.g. --HistoryManager.hist_file=:memory:) is for the kernel
     args, kernel_args = parser.parse_known_args(argv)
 
-    limit = args.memory_mb * 1024 * 1024
+    limit = args.memory_mb << 20
     # inherited across exec; see the module docstring for why the GPU gets RLIMIT_DATA
     resource.setrlimit(resource.RLIMIT_DATA if args.gpu else resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (args.file_mb << 20, args.file_mb << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    env = kernel_env()
     if args.threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(args.threads)
+            env[var] = str(args.threads)
     kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", str(args.connection_file), *kernel_args]
     if args.probe:
         kernel_cmd = [sys.executable, "-c", PROBE]
+    workdir = Path(os.environ.get("COURSE_SANDBOX_WORKDIR") or os.getcwd())
+    copy = os.environ.get("COURSE_SANDBOX_COPY")
     if args.no_bwrap:
-        os.execv(sys.executable, kernel_cmd)
-    cmd = _bwrap_command(args.connection_file, args.hide, kernel_cmd, gpu=args.gpu)
+        os.chdir(workdir)
+        os.execve(sys.executable, kernel_cmd, {**env, "HOME": str(workdir), "TMPDIR": str(workdir),
+                                                "MPLCONFIGDIR": str(workdir / ".mpl")})
+    copy_fd = None
+    if copy and Path(copy).is_file():
+        copy_fd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW)
+        os.set_inheritable(copy_fd, True)
+    cmd = bwrap_command(kernel_cmd, workdir=workdir, conn_dir=args.connection_file.resolve().parent,
+                        gpu=args.gpu, tmp_mb=args.tmp_mb, work_mb=args.work_mb, copy_fd=copy_fd,
+                        copy_name=Path(copy).name if copy else None, env=env)
     os.execvp(cmd[0], cmd)
 
 

@@ -1,9 +1,9 @@
-"""Static checks for tampering, run on a submission before its code executes.
+"""Static flags for suspicious code, run on a submission before its code executes.
 
-Hidden tests compare plain floats and check exact types, so an object whose
-``__eq__`` always returns True already fails.  What a test cannot defend
-against from inside the same kernel is a student cell that rewires the
-machinery the tests rely on.  This module flags, from the source alone:
+Grades do not depend on this scan: tests are judged outside the student's kernel
+(``autograder.judge``), so rewiring torch, builtins or IPython inside the kernel cannot
+change a verdict.  The scan only points the instructor at code that tried; the summary
+shows its findings as flags.  It looks, from the source alone, for:
 
 * assignments (``=``, ``setattr``, ``del``) to attributes of imported modules,
   e.g. ``torch.allclose = ...``, ``np.testing.assert_allclose = ...``,
@@ -21,6 +21,10 @@ import re
 
 PROTECTED_MODULES = {"torch", "numpy", "np", "F", "nn", "math", "builtins", "sys", "nbgrader",
                      "unittest", "pytest", "coursekit", "inspect", "types", "importlib", "random"}
+# calls that reach into the kernel's own machinery (hooks, frames, history)
+SUSPICIOUS_CALLS = {"get_ipython", "sys.displayhook", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+                    "sys._getframe", "inspect.stack", "inspect.currentframe", "inspect.getouterframes",
+                    "linecache.getline", "linecache.getlines", "gc.get_objects", "gc.get_referrers"}
 SECRET_PATH_RE = re.compile(r"solutions/|gradebook|/grading/|autograded/", re.I)
 
 
@@ -28,6 +32,16 @@ def _root_name(node) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
     return node.id if isinstance(node, ast.Name) else None
+
+
+def _object_aliases(tree, modules: set[str]) -> set[str]:
+    """Names bound to something reached from a module (``T = torch.Tensor``): patching
+    ``T.__float__`` patches torch."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and _root_name(node.value) in modules:
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
 
 
 def _module_aliases(tree) -> set[str]:
@@ -50,7 +64,7 @@ def _given_names(released_nb) -> set[str]:
             continue
         try:
             tree = ast.parse(cell.source)
-        except SyntaxError:
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -69,9 +83,10 @@ def scan(nb, released_nb) -> list[str]:
         meta = cell.metadata.get("nbgrader", {})
         try:
             tree = ast.parse(_strip_magics(cell.source))
-        except SyntaxError:
-            continue  # a syntax error only costs the student that cell
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # unreadable code only costs the student that cell
         modules |= _module_aliases(tree)
+        modules |= _object_aliases(tree, modules)
         if not meta.get("locked"):
             code_cells.append((meta.get("grade_id") or f"cell {len(code_cells) + 1}", tree, cell.source))
 
@@ -98,10 +113,25 @@ def scan(nb, released_nb) -> list[str]:
                     and node.func.id in {"setattr", "delattr"} and node.args \
                     and _root_name(node.args[0]) in modules:
                 findings.append(f"{where}: {node.func.id}() on {ast.unparse(node.args[0])}")
+            if isinstance(node, ast.Call):
+                called = _dotted_name(node.func)
+                if called in SUSPICIOUS_CALLS:
+                    findings.append(f"{where}: calls {called}()")
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and SECRET_PATH_RE.search(node.value):
                 findings.append(f"{where}: refers to instructor files ({node.value[:60]!r})")
     return sorted(set(findings))
+
+
+def _dotted_name(node) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
 
 
 def _is_import_like(node) -> bool:

@@ -1,0 +1,167 @@
+"""Intake: from a file on disk to a clean notebook that the rest of the pipeline can trust.
+
+Every submitted file is read under its own error boundary and rebuilt from scratch:
+only each cell's type, source, id and (well-formed) nbgrader metadata survive; outputs,
+attachments, widgets and any other metadata are dropped (grading executes the notebook
+again anyway).  Whatever is wrong with a file (not JSON, a byte-order mark, ``"nbgrader":
+null``, a code cell without ``outputs``, binary junk) either gets repaired with a note or
+becomes a one-line reason; it never raises past ``read_submission``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook larger than this is not read
+NBGRADER_FIELDS = {"grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str,
+                   "points": (int, float), "schema_version": int, "checksum": str, "cell_type": str}
+
+
+class IntakeError(ValueError):
+    """A file that cannot be graded; the message is one line for the summary."""
+
+
+@dataclass
+class Submission:
+    """One student's file after intake."""
+
+    student_id: str
+    file: str
+    nb: nbformat.NotebookNode | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)   # repairs (for the instructor)
+    flags: list[str] = field(default_factory=list)   # suspicious code (for the instructor)
+    late: bool = False
+    lms: dict = field(default_factory=dict)
+
+
+def student_id_from_name(path: Path, assignment: str) -> str:
+    """``s123_attention.ipynb`` -> ``s123``; ``Copy of s123-attention (1).ipynb`` -> ``s123``.
+
+    Raises ValueError when nothing identifies a student."""
+    stem = Path(path.name).stem
+    stem = re.sub(r"^copy of\s+", "", stem, flags=re.I)
+    stem = re.sub(r"\s*\(\d+\)$", "", stem)
+    rest = re.sub(rf"[_\-\s]*{re.escape(assignment)}$", "", stem, flags=re.I)
+    sid = re.sub(r"[^A-Za-z0-9_.-]", "_", rest).strip("._-")
+    if not sid or sid.lower() == assignment.lower():
+        raise ValueError(f"cannot tell the student from the file name {path.name!r}: "
+                         f"rename it <student id>_{assignment}.ipynb")
+    return sid[:100]
+
+
+def _source(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        return "".join(value)
+    return ""
+
+
+def _nbgrader_meta(meta) -> dict | None:
+    """A copy of well-formed nbgrader cell metadata, or None (then repair recognises the
+    cell by its content, as for a cell that lost its metadata)."""
+    if not isinstance(meta, dict):
+        return None
+    out = {}
+    for key, kind in NBGRADER_FIELDS.items():
+        if key not in meta:
+            continue
+        value = meta[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return None
+        out[key] = value
+    gid = out.get("grade_id")
+    if not gid or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,200}", gid):
+        return None
+    if "points" in out and (out["points"] != out["points"] or out["points"] < 0):
+        return None
+    out.setdefault("schema_version", 3)
+    for key in ("grade", "solution", "locked", "task"):
+        out.setdefault(key, False)
+    return out
+
+
+def rebuild(raw: dict) -> tuple[nbformat.NotebookNode, list[str]]:
+    """A fresh nbformat 4.5 notebook holding what grading needs from ``raw`` (a parsed
+    notebook of any nbformat version 3 or 4)."""
+    notes: list[str] = []
+    if "worksheets" in raw and "cells" not in raw:  # nbformat 3: cells live in worksheets
+        cells = [c for ws in raw.get("worksheets") or [] if isinstance(ws, dict) for c in ws.get("cells") or []]
+        cells = [dict(c, source=c.get("input", c.get("source", ""))) if isinstance(c, dict) else c for c in cells]
+    else:
+        cells = raw.get("cells")
+    if not isinstance(cells, list):
+        raise IntakeError("has no list of cells")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                   "language_info": {"name": "python"}}
+    seen: set[str] = set()
+    dropped = 0
+    for i, cell in enumerate(cells):
+        if not isinstance(cell, dict):
+            dropped += 1
+            continue
+        kind = cell.get("cell_type")
+        source = _source(cell.get("source", ""))
+        if kind == "heading":  # nbformat 3
+            kind, source = "markdown", "#" * int(cell.get("level", 1) or 1) + " " + source
+        if kind not in ("code", "markdown", "raw"):
+            dropped += 1
+            continue
+        new = (nbformat.v4.new_code_cell(source) if kind == "code" else
+               nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_raw_cell(source))
+        meta = cell.get("metadata")
+        nbg = _nbgrader_meta(meta.get("nbgrader")) if isinstance(meta, dict) else None
+        if nbg is not None:
+            new.metadata["nbgrader"] = nbg
+        elif isinstance(meta, dict) and meta.get("nbgrader") is not None:
+            notes.append(f"cell {i + 1} had malformed grading metadata, which was ignored")
+        cid = cell.get("id") or (meta.get("id") if isinstance(meta, dict) else None)
+        cid = re.sub(r"[^A-Za-z0-9_-]", "-", str(cid or f"cell-{i}"))[:64] or f"cell-{i}"
+        new["id"] = cid if cid not in seen else f"cell-{i}"
+        seen.add(new["id"])
+        nb.cells.append(new)
+    if dropped:
+        notes.append(f"{dropped} malformed cell(s) were dropped")
+    return nb, notes
+
+
+def read_submission(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
+    """Parse a submitted file as a notebook: (notebook, repair notes), or IntakeError with
+    a one-line reason."""
+    if path.suffix.lower() != ".ipynb":
+        raise IntakeError(f"not a notebook: {path.name} (expected a .ipynb file)")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise IntakeError(f"cannot read {path.name} ({exc.strerror})") from None
+    if size > MAX_NOTEBOOK_BYTES:
+        raise IntakeError(f"not graded: {path.name} is {size >> 20} MiB, larger than {MAX_NOTEBOOK_BYTES >> 20} MiB")
+    data = path.read_bytes()
+    notes = []
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark (some editors on Windows) is fine
+    except UnicodeDecodeError:
+        raise IntakeError(f"corrupt notebook: {path.name} is not UTF-8 text") from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        notes.append("the file started with a byte-order mark, which was ignored")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise IntakeError(f"corrupt notebook: {path.name} is not valid JSON (line {exc.lineno})") from None
+    except RecursionError:
+        raise IntakeError(f"corrupt notebook: {path.name} is nested too deeply") from None
+    if not isinstance(raw, dict) or ("cells" not in raw and "worksheets" not in raw):
+        raise IntakeError(f"corrupt notebook: {path.name} has no cells")
+    try:
+        nb, more = rebuild(raw)
+    except IntakeError as exc:
+        raise IntakeError(f"corrupt notebook: {path.name} {exc}") from None
+    except (RecursionError, MemoryError, TypeError, ValueError, AttributeError) as exc:
+        raise IntakeError(f"corrupt notebook: {path.name} ({type(exc).__name__})") from None
+    return nb, notes + more

@@ -1,0 +1,758 @@
+"""Execute a submission in its sandboxed kernel and judge its tests outside it.
+
+``JudgedExecute`` takes the place of nbgrader's ``Execute`` in the autograde chain.  It
+runs the notebook cell by cell in a fresh sandboxed kernel (``KernelSession``), except the
+graded test cells: their code (visible and hidden part, as nbgrader stored it at release)
+runs here, in the grader's process, with ``student`` bound to the kernel through
+``RemoteStudent``.  The kernel receives requests ("call this function of the notebook on
+these tensors") and sends back plain values (JSON + safetensors, see
+``coursekit.remote``); references, comparisons and points are computed here.  Nothing
+the student's code does to its own process (builtins, IPython hooks, patched torch,
+displayhook, printed text on stderr) can reach a verdict, and no hidden-test line is ever
+sent to the kernel.
+
+Each test cell's outputs are written by the grader: what the test printed, and for a
+failure one error line (the failing line of a visible test; for a hidden check only its
+message or a generic sentence).  nbgrader's ``SaveAutoGrades`` then scores them as usual.
+
+The kernel is killed when a cell runs past its limit and does not stop on an interrupt,
+or dies; verdicts already given stay, a fresh kernel re-runs the cells that had run
+without error, and the notebook continues (at most ``max_restarts`` times).
+"""
+from __future__ import annotations
+
+import base64
+import builtins
+import copy
+import contextlib
+import functools
+import io
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import types
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from traitlets import Bool, Dict, Integer, List, Unicode
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from coursekit.remote import (CALLBACK_PREFIX, REPLY_MSG, ProtocolError, Ref, StudentError,
+                              _builtin_exception, _StudentBase, _tensor_args, decode, pickle_request)
+
+MAX_MESSAGE_BYTES = (1 << 30) + (8 << 20)   # larger ZeroMQ messages from the kernel are refused
+MAX_TEXT_OUTPUT = 200_000                    # characters of stream output kept per cell
+MAX_DATA_OUTPUT = 2_000_000                  # bytes of one rich output (image, HTML) kept
+MAX_CELL_OUTPUT = 8_000_000                  # bytes of all outputs of one cell kept
+HIDDEN_FAILURE = "a hidden check failed (see the first line of this cell for what it checks)"
+
+
+class KernelDied(RuntimeError):
+    """The kernel stopped (crashed, was killed, or could not be reached)."""
+
+
+class RemoteTimeout(RuntimeError):
+    """The student's code did not answer a request within the time limit."""
+
+
+# ---------------------------------------------------------------------------------------
+# The kernel
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class CellRun:
+    outputs: list
+    execution_count: int | None = None
+    status: str = "ok"          # ok, error, timeout, died
+    ename: str = ""
+    evalue: str = ""
+    note: str = ""
+
+
+class KernelSession:
+    """One sandboxed kernel, driven synchronously over jupyter_client's blocking client."""
+
+    def __init__(self, kernel_name: str, workdir: Path, conn_dir: Path, env: dict,
+                 extra_arguments: list[str] | None = None, ipc: bool = True, startup_timeout: float = 120,
+                 copy: Path | None = None):
+        self.kernel_name, self.workdir, self.conn_dir = kernel_name, Path(workdir), Path(conn_dir)
+        self.env, self.extra_arguments, self.ipc = dict(env), list(extra_arguments or []), ipc
+        self.startup_timeout, self.copy = startup_timeout, copy
+        self.km = self.kc = None
+        self.context = None
+        self.starts = 0
+
+    # lifetime ---------------------------------------------------------------------------
+    def start(self) -> None:
+        import zmq
+        from jupyter_client import KernelManager
+
+        self.stop()
+        self.starts += 1
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        conn = self.conn_dir / f"k{self.starts}"
+        conn.mkdir(parents=True, exist_ok=True)
+        km = KernelManager(kernel_name=self.kernel_name)
+        km.connection_file = str(conn / "kernel.json")
+        if self.ipc:
+            km.transport = "ipc"  # no network inside the sandbox, not even loopback
+            km.ip = str(conn / "ipc")
+        env = dict(os.environ, **self.env, COURSE_SANDBOX_WORKDIR=str(self.workdir))
+        if self.copy is not None:
+            env["COURSE_SANDBOX_COPY"] = str(self.copy)
+        km.start_kernel(cwd=str(self.workdir), env=env, extra_arguments=self.extra_arguments)
+        self.km = km
+        self.context = zmq.Context()
+        self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        kc = km.client(context=self.context)
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=self.startup_timeout)
+        except RuntimeError as exc:
+            self.kc = kc
+            self.stop()
+            raise KernelDied(f"the kernel did not start ({exc})") from None
+        self.kc = kc
+        # the request handler goes in before any student code runs
+        run = self.execute("from coursekit.remote import install_server as _course_install\n"
+                           "_course_install()\ndel _course_install", timeout=120, silent=True)
+        if run.status != "ok":
+            raise KernelDied(f"the kernel could not load the course package ({run.ename}: {run.evalue})")
+
+    def alive(self) -> bool:
+        try:
+            return self.km is not None and self.km.is_alive()
+        except Exception:  # noqa: BLE001
+            return False
+
+    def stop(self) -> None:
+        """Kill the kernel (its process group, which takes the sandbox with it)."""
+        if self.kc is not None:
+            with contextlib.suppress(Exception):
+                self.kc.stop_channels()
+        if self.km is not None:
+            with contextlib.suppress(Exception):
+                self.km.shutdown_kernel(now=True)
+            with contextlib.suppress(Exception):
+                self.km.cleanup_resources()
+        if self.context is not None:
+            with contextlib.suppress(Exception):
+                self.context.destroy(linger=0)
+        self.km = self.kc = self.context = None
+
+    # running code -----------------------------------------------------------------------
+    def _poll(self, timeout: float):
+        """The next message from iopub, shell or stdin within ``timeout`` s: (channel, msg) or None."""
+        import zmq
+
+        poller = zmq.Poller()
+        chans = {self.kc.iopub_channel.socket: "iopub", self.kc.shell_channel.socket: "shell",
+                 self.kc.stdin_channel.socket: "stdin"}
+        for sock in chans:
+            poller.register(sock, zmq.POLLIN)
+        ready = dict(poller.poll(max(0, int(timeout * 1000))))
+        for sock, name in chans.items():
+            if sock in ready:
+                channel = getattr(self.kc, f"{name}_channel")
+                try:
+                    return name, channel.get_msg(timeout=0)
+                except Exception:  # noqa: BLE001 - a malformed message: drop it
+                    return name, None
+        return None
+
+    def execute(self, code: str, timeout: float, silent: bool = False, store_history: bool = True) -> CellRun:
+        """Run ``code``; collect its outputs (bounded).  On timeout: interrupt, and kill the
+        kernel if it does not stop within a grace period."""
+        if not self.alive():
+            raise KernelDied("the kernel is not running")
+        msg_id = self.kc.execute(code, silent=silent, store_history=store_history and not silent,
+                                 allow_stdin=False, stop_on_error=False)
+        run = CellRun(outputs=[])
+        collector = _Outputs()
+        reply = idle = False
+        deadline = time.monotonic() + timeout
+        interrupted_at = None
+        last_alive = time.monotonic()
+        while not (reply and idle):
+            now = time.monotonic()
+            if interrupted_at is None and now > deadline:
+                interrupted_at = now
+                run.status, run.ename = "timeout", "CellTimeoutError"
+                run.evalue = f"the cell ran longer than {timeout:g} s and was interrupted"
+                with contextlib.suppress(Exception):
+                    self.km.interrupt_kernel()
+            if interrupted_at is not None and now - interrupted_at > 10:
+                self.stop()
+                run.status, run.evalue = "died", (f"the cell ran longer than {timeout:g} s and did not stop "
+                                                  "when interrupted; its kernel was killed")
+                break
+            if now - last_alive > 1:
+                last_alive = now
+                if not self.alive():
+                    run.status, run.ename, run.evalue = "died", "DeadKernelError", "the kernel died while running this cell"
+                    break
+            got = self._poll(0.2)
+            if got is None:
+                continue
+            chan, msg = got
+            if msg is None or msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if chan == "shell" and msg["msg_type"] == "execute_reply":
+                reply = True
+                content = msg.get("content", {})
+                run.execution_count = content.get("execution_count")
+                if content.get("status") == "error" and run.status == "ok":
+                    run.status = "error"
+                    run.ename, run.evalue = str(content.get("ename", ""))[:200], str(content.get("evalue", ""))[:2000]
+            elif chan == "iopub":
+                if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                    idle = True
+                elif not silent:
+                    collector.add(msg)
+        run.outputs = collector.outputs
+        if run.status in ("timeout", "died"):
+            tb = f"{run.ename or 'CellTimeoutError'}: {run.evalue}"
+            run.outputs.append(nbformat.v4.new_output("error", ename=run.ename or "CellTimeoutError",
+                                                      evalue=run.evalue, traceback=[tb]))
+        return run
+
+    def request(self, payload: str, timeout: float, on_callback) -> tuple[bytes, bytes]:
+        """Send one request to the kernel's handler; return the reply's (header, blob).
+        ``on_callback(header, blob) -> str`` answers calls the student's code makes back."""
+        if not self.alive():
+            raise KernelDied("the kernel is not running")
+        token = secrets.token_hex(8)
+        msg_id = self.kc.execute(f"__course_judge__.handle({token!r}, {payload!r})", silent=True,
+                                 store_history=False, allow_stdin=True, stop_on_error=False)
+        deadline = time.monotonic() + timeout
+        result = None
+        reply = idle = False
+        error = None
+        interrupted_at = None
+        last_alive = time.monotonic()
+        while not (idle and reply):
+            now = time.monotonic()
+            if interrupted_at is None and now > deadline:
+                interrupted_at = now
+                with contextlib.suppress(Exception):
+                    self.km.interrupt_kernel()
+            if interrupted_at is not None and now - interrupted_at > 10:
+                self.stop()
+                raise KernelDied(f"the student's code ran longer than {timeout:g} s and did not stop when "
+                                 "interrupted; its kernel was killed")
+            if now - last_alive > 1:
+                last_alive = now
+                if not self.alive():
+                    raise KernelDied("the kernel died while the student's code ran")
+            got = self._poll(0.2)
+            if got is None:
+                continue
+            chan, msg = got
+            if msg is None or msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = msg.get("msg_type")
+            if chan == "stdin" and kind == "input_request":
+                prompt = str(msg.get("content", {}).get("prompt", ""))
+                if not prompt.startswith(CALLBACK_PREFIX):
+                    self.kc.input("")  # the student's own input(): nobody types at grading time
+                    continue
+                try:
+                    answer = on_callback(*_callback_parts(prompt))
+                except ProtocolError as exc:
+                    answer = pickle_request({"error": ("RuntimeError", str(exc))}, {}, {})
+                self.kc.input(answer)
+            elif chan == "iopub" and kind == REPLY_MSG and msg.get("content", {}).get("token") == token:
+                bufs = msg.get("buffers") or []
+                if len(bufs) == 2 and result is None:
+                    result = (bytes(bufs[0]), bytes(bufs[1]))
+            elif chan == "iopub" and kind == "status" and msg["content"].get("execution_state") == "idle":
+                idle = True
+            elif chan == "shell" and kind == "execute_reply":
+                reply = True
+                if msg.get("content", {}).get("status") != "ok":
+                    error = str(msg["content"].get("ename", "error"))
+        if interrupted_at is not None:
+            raise RemoteTimeout(f"the student's code did not finish within {timeout:g} s")
+        if result is None:
+            raise ProtocolError("the kernel did not answer the grader's request"
+                                + (f" ({error})" if error else ""))
+        return result
+
+
+def _callback_parts(prompt: str) -> tuple[bytes, bytes]:
+    if not prompt.startswith(CALLBACK_PREFIX):
+        raise ProtocolError("unexpected input request from the student's code")
+    try:
+        head, blob = prompt[len(CALLBACK_PREFIX):].split(":", 1)
+        return base64.b64decode(head, validate=True), base64.b64decode(blob, validate=True)
+    except ValueError:
+        raise ProtocolError("malformed call from the student's code") from None
+
+
+class _Outputs:
+    """Builds a cell's outputs from IOPub messages, within size limits."""
+
+    def __init__(self):
+        self.outputs: list = []
+        self.size = 0
+        self.clear_next = False
+        self.dropped = False
+
+    def _room(self, n: int) -> bool:
+        if self.size + n > MAX_CELL_OUTPUT:
+            if not self.dropped:
+                self.dropped = True
+                self.outputs.append(nbformat.v4.new_output(
+                    "stream", name="stdout", text="\n... [more output was dropped: too large to keep]\n"))
+            return False
+        self.size += n
+        return True
+
+    def add(self, msg) -> None:
+        kind = msg.get("msg_type")
+        content = msg.get("content") or {}
+        if kind == "clear_output":
+            if content.get("wait"):
+                self.clear_next = True
+            else:
+                self.outputs, self.size = [], 0
+            return
+        if kind not in ("stream", "display_data", "execute_result", "error"):
+            return
+        if self.clear_next:
+            self.outputs, self.size, self.clear_next = [], 0, False
+        try:
+            out = nbformat.v4.output_from_msg(msg)
+        except Exception:  # noqa: BLE001 - a malformed output: drop it
+            return
+        if kind == "stream":
+            text = str(out.get("text", ""))
+            prev = self.outputs[-1] if self.outputs else None
+            if prev is not None and prev.output_type == "stream" and prev.name == out.name:
+                room = MAX_TEXT_OUTPUT - len(prev.text)
+                if room <= 0:
+                    if not prev.text.endswith("[truncated]\n"):
+                        prev.text += "\n... [output truncated]\n"
+                    return
+                if self._room(min(len(text), room)):
+                    prev.text += text[:room]
+                return
+            text = text[:MAX_TEXT_OUTPUT]
+            if self._room(len(text)):
+                out.text = text
+                self.outputs.append(out)
+            return
+        if kind == "error":
+            out["traceback"] = [str(t)[:5000] for t in (out.get("traceback") or [])[:200]]
+            out["evalue"] = str(out.get("evalue", ""))[:5000]
+            if self._room(sum(len(t) for t in out["traceback"])):
+                self.outputs.append(out)
+            return
+        data = out.get("data", {})
+        for mime in list(data):
+            value = data[mime]
+            n = len(json.dumps(value)) if not isinstance(value, str) else len(value)
+            if n > MAX_DATA_OUTPUT:
+                data.pop(mime)
+                data.setdefault("text/plain", f"[{mime} output of {n:,d} bytes not kept: too large]")
+        if self._room(sum(len(v) if isinstance(v, str) else 100 for v in data.values())):
+            self.outputs.append(out)
+
+
+# ---------------------------------------------------------------------------------------
+# The grader's `student`
+# ---------------------------------------------------------------------------------------
+
+_ALLOWED_LEAVES = (type(None), bool, int, float, complex, str, bytes, slice, range)
+_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType,
+              functools.partial)
+
+
+class RemoteStudent(_StudentBase):
+    """``student`` at grading time: every operation is a request to the kernel."""
+
+    def __init__(self, session: KernelSession, timeout: float, source_cells: list[str]):
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_timeout", timeout)
+        object.__setattr__(self, "_cells", list(source_cells))
+        object.__setattr__(self, "_deadline", None)
+
+    @property
+    def source(self):
+        from coursekit.sourcecheck import SourceView
+
+        return SourceView(self._cells)
+
+    def _check_args(self, value, depth=0) -> None:
+        """Only data, references, generators, functions and classes may travel as arguments."""
+        import torch
+
+        if depth > 32:
+            raise TypeError("arguments nested too deeply")
+        if isinstance(value, (Ref, torch.Tensor, torch.Generator, torch.dtype, torch.device, type)) \
+                or isinstance(value, _ALLOWED_LEAVES) or _is_numpy(value) or isinstance(value, _FUNCTIONS):
+            return
+        if isinstance(value, (list, tuple, set, frozenset)):
+            for v in value:
+                self._check_args(v, depth + 1)
+            return
+        if isinstance(value, dict):
+            for k, v in value.items():
+                self._check_args(k, depth + 1)
+                self._check_args(v, depth + 1)
+            return
+        raise TypeError(f"a {type(value).__name__} cannot be passed to the notebook's code as an argument: "
+                        "build it there (student.<helper>(...)) or copy it with student.send(obj)")
+
+    def _op(self, op, path, args=(), kwargs=None, value=None):
+        callbacks: dict = {}
+        generators: dict = {}
+        args, kwargs = tuple(args), dict(kwargs or {})
+        if op != "send":
+            self._check_args((args, kwargs, value))
+        payload = pickle_request({"op": op, "path": path, "args": args, "kwargs": kwargs, "value": value},
+                                 callbacks, generators)
+
+        def on_callback(header: bytes, blob: bytes) -> str:
+            try:
+                call = decode(header, blob, self._make_handle)
+                fn = callbacks[call["token"]]
+                reply = {"value": fn(*call["args"], **call["kwargs"])}
+            except Exception as exc:  # noqa: BLE001 - travels back and is raised in the student's code
+                reply = {"error": (type(exc).__name__, str(exc)[:2000])}
+            try:
+                return pickle_request(reply, callbacks, generators)
+            except Exception as exc:  # noqa: BLE001 - a value that cannot travel
+                return pickle_request({"error": ("TypeError", f"cannot send the result back: {exc}")},
+                                      callbacks, generators)
+
+        header, blob = self._session.request(payload, self._timeout, on_callback)
+        reply = decode(header, blob, self._make_handle)
+        if not isinstance(reply, dict) or not ("result" in reply or "error" in reply):
+            raise ProtocolError("malformed reply")
+        if "error" in reply:
+            err = reply["error"]
+            if not isinstance(err, dict):
+                raise ProtocolError("malformed error")
+            if err.get("protocol"):
+                raise ProtocolError(str(err.get("message", ""))[:500])
+            if err.get("interrupted"):
+                raise RemoteTimeout(f"the student's code did not finish within {self._timeout:g} s")
+            exc = _builtin_exception(str(err.get("type", "Exception"))[:100], str(err.get("message", ""))[:2000])
+            exc.from_student = True  # type: ignore[attr-defined]
+            raise exc
+        self._sync_back(reply, args, kwargs, generators)
+        return reply["result"]
+
+    @staticmethod
+    def _sync_back(reply, args, kwargs, generators) -> None:
+        import torch
+
+        states = reply.get("generators") or {}
+        if isinstance(states, dict):
+            for tok, state in states.items():
+                gen = generators.get(tok)
+                if gen is not None and isinstance(state, torch.Tensor) and state.dtype == torch.uint8:
+                    with contextlib.suppress(RuntimeError):
+                        gen.set_state(state.cpu())
+        changed = reply.get("changed") or {}
+        if isinstance(changed, dict) and changed:
+            mine = [t for t, _ in _tensor_args(args, kwargs, copies=False)]
+            for i, new in changed.items():
+                if isinstance(i, int) and 0 <= i < len(mine) and isinstance(new, torch.Tensor) \
+                        and new.dtype == mine[i].dtype:
+                    with torch.no_grad():
+                        if tuple(new.shape) != tuple(mine[i].shape):
+                            mine[i].resize_(new.shape)
+                        mine[i].copy_(new.to(mine[i].device))
+
+    def _make_handle(self, hid: int, kind: str, text: str) -> Ref:
+        return Ref(self, (("handle", hid),), (kind, text))
+
+    def _reset(self) -> None:
+        """Forget the kernel objects handed out during a test."""
+        with contextlib.suppress(Exception):
+            self._op("reset", None)
+
+
+def _is_numpy(value) -> bool:
+    mod = type(value).__module__ or ""
+    return mod == "numpy" or mod.startswith("numpy.")
+
+
+# ---------------------------------------------------------------------------------------
+# Judging one test cell
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    grade_id: str
+    passed: bool
+    printed: str = ""
+    ename: str = ""
+    message: str = ""
+    kernel_died: bool = False
+
+    def outputs(self) -> list:
+        outs = []
+        if self.printed.strip():
+            outs.append(nbformat.v4.new_output("stream", name="stdout", text=self.printed[:MAX_TEXT_OUTPUT]))
+        if not self.passed:
+            outs.append(nbformat.v4.new_output("error", ename=self.ename or "AssertionError", evalue=self.message,
+                                               traceback=[f"{self.ename or 'AssertionError'}: {self.message}"]))
+        return outs
+
+
+def _hidden_lines(source: str) -> set[int]:
+    """Line numbers (1-based) of a cell's source that lie in a hidden-test region."""
+    hidden, inside = set(), False
+    for i, line in enumerate(source.splitlines(), 1):
+        if "### BEGIN HIDDEN TESTS" in line:
+            inside = True
+        if inside:
+            hidden.add(i)
+        if "### END HIDDEN TESTS" in line:
+            inside = False
+    return hidden
+
+
+def judge_cell(source: str, grade_id: str, namespace: dict) -> Verdict:
+    """Run a test cell's code in ``namespace`` (the grader's) and say how it went."""
+    filename = f"<test {grade_id}>"
+    printed = io.StringIO()
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as exc:
+        return Verdict(grade_id, False, ename="SyntaxError", message=f"the test does not compile: {exc}")
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(code, namespace)
+    except KernelDied as exc:
+        return Verdict(grade_id, False, printed.getvalue(), "KernelDied", str(exc), kernel_died=True)
+    except RemoteTimeout as exc:
+        return Verdict(grade_id, False, printed.getvalue(), "TimeoutError", str(exc))
+    except ProtocolError as exc:
+        return Verdict(grade_id, False, printed.getvalue(), "ProtocolError",
+                       f"the notebook's kernel did not send back a result ({exc})")
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a verdict
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not getattr(exc, "from_student", False):
+            raise
+        return Verdict(grade_id, False, printed.getvalue(), *_failure(exc, source, filename))
+    return Verdict(grade_id, True, printed.getvalue())
+
+
+def _failure(exc: BaseException, source: str, filename: str) -> tuple[str, str]:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    line = frames[-1].lineno if frames else None
+    hidden = line is not None and line in _hidden_lines(source)
+    name = getattr(exc, "student_type", None) or type(exc).__name__
+    text = str(exc)
+    if getattr(exc, "from_student", False):
+        if isinstance(exc, NotImplementedError):
+            return name, "not answered yet: your code raised NotImplementedError"
+        if isinstance(exc, NameError) and "not defined in the notebook" in text:
+            return name, f"{text}: the cell that defines it did not run, or failed"
+        return name, f"your code raised {name}" + (f": {text}" if text else "")
+    if isinstance(exc, AssertionError):
+        if text:
+            return "AssertionError", text
+        if hidden or line is None:
+            return "AssertionError", HIDDEN_FAILURE
+        return "AssertionError", "failed: " + source.splitlines()[line - 1].strip()
+    if hidden:
+        return name, f"{HIDDEN_FAILURE}: {name}" + (f": {text[:300]}" if text else "")
+    return name, text[:2000]
+
+
+def judge_namespace(context_sources: list[str], device: str) -> dict:
+    """The namespace test cells run in: the notebook's imports and given helpers (the cells
+    the course file lists as judge context, taken from the released source, never from the
+    submission), and ``DEVICE`` set to the kernel's device."""
+    import torch
+
+    module = types.ModuleType("__judge__")  # dataclasses and pickle look classes up by module
+    sys.modules["__judge__"] = module
+    ns: dict = module.__dict__
+    ns["__builtins__"] = builtins
+    exec("import importlib, importlib.util, math, os, subprocess, sys\nimport torch", ns)
+    ns["DEVICE"] = torch.device(device)
+    ns["check"] = ns["handin_report"] = lambda *a, **k: None
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for src in context_sources:
+            exec(compile(src, "<judge context>", "exec"), ns)
+    return ns
+
+
+_CONTEXT_CACHE: dict = {}
+
+
+def cached_judge_namespace(context_sources: list[str], device: str) -> dict:
+    key = (tuple(context_sources), device)
+    if key not in _CONTEXT_CACHE:
+        _CONTEXT_CACHE.clear()
+        _CONTEXT_CACHE[key] = judge_namespace(context_sources, device)
+    return dict(_CONTEXT_CACHE[key])
+
+
+# ---------------------------------------------------------------------------------------
+# The preprocessor
+# ---------------------------------------------------------------------------------------
+
+def _without_hidden_tests(nb):
+    """The submission as the student has it (for the kernel's working folder): test cells
+    carry only their visible part."""
+    from .preprocessors import strip_hidden_source
+
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        if is_test_cell(cell):
+            cell.source = strip_hidden_source(cell.source)
+    return out
+
+
+def _gid(cell) -> str | None:
+    meta = cell.metadata.get("nbgrader") or {}
+    return meta.get("grade_id") if isinstance(meta, dict) else None
+
+
+def is_test_cell(cell) -> bool:
+    meta = cell.metadata.get("nbgrader") or {}
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+class JudgedExecute(NbGraderPreprocessor):
+    """Execute the student's cells in the sandboxed kernel; judge test cells here."""
+
+    enabled = Bool(True)
+    timeout = Integer(300, help="seconds per cell (and per request a test makes)").tag(config=True)
+    notebook_timeout = Integer(1800, help="seconds for the whole notebook").tag(config=True)
+    kernel_name = Unicode("course-sandbox").tag(config=True)
+    extra_arguments = List(["--HistoryManager.hist_file=:memory:"]).tag(config=True)
+    ipc = Bool(True, help="talk to the kernel over IPC sockets (no network in the sandbox)").tag(config=True)
+    device = Unicode("cpu", help="the device the kernels compute on (cuda when they get the GPU)").tag(config=True)
+    judge_context = Dict({}, help="assignment -> grade ids of the cells that make the judge's "
+                                  "namespace (imports, given helpers)").tag(config=True)
+    max_restarts = Integer(2).tag(config=True)
+    scratch_dir = Unicode("", help="host folder for per-submission scratch (connection files)").tag(config=True)
+    status_dir = Unicode("", help="where to write a JSON note per submission").tag(config=True)
+    kernel_env = Dict({}, help="extra environment variables for the kernels").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        nbg = resources.get("nbgrader", {})
+        assignment, student = nbg.get("assignment", "?"), nbg.get("student", "?")
+        base = Path(self.scratch_dir or tempfile.gettempdir())
+        base.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=base))
+        notes: list[str] = []
+        record: dict = {"notes": notes}
+        try:
+            copy = scratch / f"{nbg.get('notebook', assignment)}.ipynb"
+            nbformat.write(_without_hidden_tests(nb), copy)
+            session = KernelSession(self.kernel_name, scratch / "work", scratch / "conn",
+                                    env={**self.kernel_env, "COURSE_DEVICE": self.device},
+                                    extra_arguments=self.extra_arguments, ipc=self.ipc, copy=copy)
+            try:
+                self._run(nb, assignment, session, notes)
+            finally:
+                session.stop()
+        except Exception as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)  # never follows links the kernel made
+            if self.status_dir:
+                Path(self.status_dir).mkdir(parents=True, exist_ok=True)
+                (Path(self.status_dir) / f"{student}.json").write_text(json.dumps(record))
+        return nb, resources
+
+    def _context_sources(self, nb, assignment: str) -> list[str]:
+        wanted = list(self.judge_context.get(assignment, []))
+        by_id = {_gid(c): c.source for c in nb.cells if _gid(c)}
+        missing = [g for g in wanted if g not in by_id]
+        if missing:
+            raise RuntimeError(f"judge context cells missing from the released notebook: {missing}")
+        return [by_id[g] for g in wanted]
+
+    def _run(self, nb, assignment: str, session: KernelSession, notes: list[str]) -> None:
+        start = time.monotonic()
+        session.start()
+        student_cells = [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
+        student = RemoteStudent(session, self.timeout, student_cells)
+        namespace = cached_judge_namespace(self._context_sources(nb, assignment), self.device)
+        namespace["student"] = student
+        ran_ok: list[str] = []     # cells that ran without error, to replay after a restart
+        restarts = 0
+        dead = False
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            left = self.notebook_timeout - (time.monotonic() - start)
+            if is_test_cell(cell):
+                cell.execution_count = None
+                if dead:
+                    cell.outputs = Verdict(_gid(cell), False, ename="KernelDied",
+                                           message="not judged: the kernel had stopped earlier").outputs()
+                    continue
+                object.__setattr__(student, "_timeout", max(1.0, min(self.timeout, left)))
+                verdict = judge_cell(cell.source, _gid(cell) or f"cell-{index}", namespace)
+                student._reset()
+                cell.outputs = verdict.outputs()
+                if verdict.kernel_died or not session.alive():
+                    notes.append(f"the kernel stopped while test '{_gid(cell)}' ran")
+                    dead, restarts = self._restart(session, ran_ok, restarts, notes)
+                continue
+            if dead or left <= 0:
+                cell.outputs = [nbformat.v4.new_output(
+                    "error", ename="NotRun", evalue="not run: " + ("the kernel had stopped earlier" if dead else
+                                                                    "the notebook's time limit was reached"),
+                    traceback=["not run"])]
+                cell.execution_count = None
+                if left <= 0 and not dead:
+                    notes.append(f"the notebook ran longer than {self.notebook_timeout} s; the rest was not run")
+                    dead = True
+                continue
+            try:
+                run = session.execute(cell.source, timeout=min(self.timeout, left))
+            except KernelDied as exc:
+                run = CellRun(outputs=[], status="died", ename="DeadKernelError", evalue=str(exc))
+            cell.outputs = run.outputs
+            cell.execution_count = run.execution_count
+            if run.status == "ok":
+                ran_ok.append(cell.source)
+            elif run.status == "timeout":
+                notes.append(f"cell {index} ran longer than {min(self.timeout, left):.0f} s and was interrupted")
+            elif run.status == "died":
+                where = _gid(cell) or f"cell {index}"
+                notes.append(f"{where}: {run.evalue}")
+                dead, restarts = self._restart(session, ran_ok, restarts, notes)
+
+    def _restart(self, session: KernelSession, ran_ok: list[str], restarts: int, notes: list[str]):
+        """Start a fresh kernel and replay the cells that had run without error.  Returns
+        (dead, restarts)."""
+        if restarts >= self.max_restarts:
+            notes.append("the kernel stopped too often; the rest of the notebook was not run")
+            session.stop()
+            return True, restarts
+        try:
+            session.start()
+            for src in ran_ok:
+                run = session.execute(src, timeout=self.timeout, silent=True)
+                if run.status == "died":
+                    raise KernelDied(run.evalue)
+        except KernelDied as exc:
+            notes.append(f"a fresh kernel could not replay the notebook ({exc}); the rest was not run")
+            session.stop()
+            return True, restarts + 1
+        notes.append("a fresh kernel re-ran the cells before it, and the notebook went on")
+        return False, restarts + 1

@@ -1,0 +1,60 @@
+"""What a grading run hands from stage to stage, and what it returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Result:
+    """One student's outcome (every roster student and every file gets one)."""
+
+    student_id: str
+    file: str
+    score: float = 0.0
+    max_score: float = 0.0
+    status: str = "error"  # "graded" or "error"
+    message: str = ""
+    tests: dict = field(default_factory=dict)  # grade_id -> (score, max_score)
+    flags: list[str] = field(default_factory=list)
+    late: bool = False
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.score / self.max_score if self.max_score else 0.0
+
+    def note(self, text: str) -> None:
+        self.message = f"{self.message}; {text}" if self.message else text
+
+
+@dataclass
+class Report:
+    """The results of a run, with where its files went (like otter's GradingResults)."""
+
+    assignment: str
+    results: list[Result] = field(default_factory=list)
+    csv_path: Path | None = None
+    feedback_dir: Path | None = None
+    out_dir: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def by_student(self) -> dict[str, Result]:
+        return {r.student_id: r for r in self.results}
+
+    def table(self) -> str:
+        """A fixed-width summary, one line per submission."""
+        rows = [("student", "score", "status", "note")]
+        for r in sorted(self.results, key=lambda r: r.student_id):
+            note = r.message
+            if r.flags:
+                note = (note + "; " if note else "") + "FLAGGED for review: " + "; ".join(r.flags)
+            rows.append((r.student_id, f"{r.score:g}/{r.max_score:g}", r.status, note))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
+        lines.insert(1, "-" * (sum(widths) + 10))
+        graded = [r for r in self.results if r.status == "graded"]
+        lines.append(f"{len(self.results)} submissions: {len(graded)} graded, "
+                     f"{len(self.results) - len(graded)} with errors (scored 0)")
+        return "\n".join(w for w in self.warnings) + ("\n" if self.warnings else "") + \
+            "\n".join(line.rstrip() for line in lines)
