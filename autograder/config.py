@@ -34,9 +34,9 @@ def configure(c, root: Path = ROOT, grading_dir: Path | None = None,
     c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]
 
     # Autograding: the student's cells run in the sandboxed kernel, the test cells run here,
-    # in the grader's process (autograder/judge.py); everything else is nbgrader's chain.
+    # in the grader's process (autograder/execute.py, autograder/judge.py); everything else is nbgrader's chain.
     c.Autograde.autograde_preprocessors = [
-        "autograder.judge.JudgedExecute",
+        "autograder.execute.JudgedExecute",
         "nbgrader.preprocessors.IgnorePattern",
         "nbconvert.preprocessors.ClearMetadataPreprocessor",
         "nbgrader.preprocessors.LimitOutput",

@@ -1,10 +1,10 @@
-"""Execute a submission in its sandboxed kernel and judge its tests outside it.
+"""Judge a submission's tests outside its kernel.
 
-``JudgedExecute`` takes the place of nbgrader's ``Execute`` in the autograde chain.  It
-runs the notebook cell by cell in a fresh sandboxed kernel (``KernelSession``), except the
-graded test cells: their code (visible and hidden part, as nbgrader stored it at release)
-runs here, in the grader's process, with ``student`` bound to the kernel through
-``RemoteStudent``.  The kernel receives requests ("call this function of the notebook on
+``KernelSession`` drives one sandboxed kernel; ``RemoteStudent`` is ``student`` at grading
+time (requests to the kernel, plain values back); ``judge_cell`` runs one test cell's code
+in the grader's process and turns the outcome into a ``Verdict``.  nbgrader's side of it
+is ``autograder.execute.JudgedExecute``.  Test cells run here, in the grader's process,
+with ``student`` bound to the kernel.  The kernel receives requests ("call this function of the notebook on
 these tensors") and sends back plain values (JSON + safetensors, see
 ``coursekit.remote``); references, comparisons and points are computed here.  Nothing
 the student's code does to its own process (builtins, IPython hooks, patched torch,
@@ -14,19 +14,15 @@ sent to the kernel.
 Each test cell's outputs are written by the grader: what the test printed, and for a
 failure one error line (the failing line of a visible test; for a hidden check only its
 message or a generic sentence).  nbgrader's ``SaveAutoGrades`` then scores them as usual.
-
-The kernel is killed when a cell runs past its limit and does not stop on an interrupt,
-or dies; verdicts already given stay, a fresh kernel re-runs the cells that had run
-without error, and the notebook continues (at most ``max_restarts`` times).
 """
 from __future__ import annotations
 
 import base64
 import builtins
-import copy
 import contextlib
 import functools
 import io
+import itertools
 import json
 import os
 import secrets
@@ -37,16 +33,13 @@ import time
 import traceback
 import types
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
-from traitlets import Bool, Dict, Integer, List, Unicode
-
-from nbgrader.preprocessors import NbGraderPreprocessor
-
-from coursekit.remote import (CALLBACK_PREFIX, REPLY_MSG, ProtocolError, Ref, StudentError,
-                              _builtin_exception, _StudentBase, _tensor_args, decode, pickle_request)
+from coursekit.remote import (CALLBACK_PREFIX, REPLY_MSG, ProtocolError, Ref,
+                              _builtin_exception, _StudentBase, _tensor_args, decode, find_instances,
+                              pickle_request)
 
 MAX_MESSAGE_BYTES = (1 << 30) + (8 << 20)   # larger ZeroMQ messages from the kernel are refused
 MAX_TEXT_OUTPUT = 200_000                    # characters of stream output kept per cell
@@ -80,51 +73,53 @@ class CellRun:
 class KernelSession:
     """One sandboxed kernel, driven synchronously over jupyter_client's blocking client."""
 
-    def __init__(self, kernel_name: str, workdir: Path, conn_dir: Path, env: dict,
+    def __init__(self, kernel_name: str, workdir: Path, env: dict,
                  extra_arguments: list[str] | None = None, ipc: bool = True, startup_timeout: float = 120,
                  copy: Path | None = None):
-        self.kernel_name, self.workdir, self.conn_dir = kernel_name, Path(workdir), Path(conn_dir)
+        self.kernel_name, self.workdir = kernel_name, Path(workdir)
         self.env, self.extra_arguments, self.ipc = dict(env), list(extra_arguments or []), ipc
         self.startup_timeout, self.copy = startup_timeout, copy
         self.km = self.kc = None
         self.context = None
         self.starts = 0
+        self.conn_dirs: list[Path] = []
 
     # lifetime ---------------------------------------------------------------------------
     def start(self) -> None:
+        """Start a fresh kernel and put the request handler into it.  Raises KernelDied."""
         import zmq
         from jupyter_client import KernelManager
 
         self.stop()
         self.starts += 1
         self.workdir.mkdir(parents=True, exist_ok=True)
-        conn = self.conn_dir / f"k{self.starts}"
-        conn.mkdir(parents=True, exist_ok=True)
+        # UNIX socket paths are limited to about 100 bytes: the connection folder must be short
+        conn = Path(tempfile.mkdtemp(prefix="ck", dir=_short_tmp()))
+        self.conn_dirs.append(conn)
         km = KernelManager(kernel_name=self.kernel_name)
         km.connection_file = str(conn / "kernel.json")
         if self.ipc:
             km.transport = "ipc"  # no network inside the sandbox, not even loopback
-            km.ip = str(conn / "ipc")
+            km.ip = str(conn / "k")
         env = dict(os.environ, **self.env, COURSE_SANDBOX_WORKDIR=str(self.workdir))
         if self.copy is not None:
             env["COURSE_SANDBOX_COPY"] = str(self.copy)
-        km.start_kernel(cwd=str(self.workdir), env=env, extra_arguments=self.extra_arguments)
         self.km = km
-        self.context = zmq.Context()
-        self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        kc = km.client(context=self.context)
-        kc.start_channels()
         try:
-            kc.wait_for_ready(timeout=self.startup_timeout)
-        except RuntimeError as exc:
-            self.kc = kc
+            km.start_kernel(cwd=str(self.workdir), env=env, extra_arguments=self.extra_arguments)
+            self.context = zmq.Context()
+            self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            self.kc = km.client(context=self.context)
+            self.kc.start_channels()
+            self.kc.wait_for_ready(timeout=self.startup_timeout)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, nothing may keep running
             self.stop()
-            raise KernelDied(f"the kernel did not start ({exc})") from None
-        self.kc = kc
+            raise KernelDied(f"the kernel did not start ({type(exc).__name__}: {exc})"[:300]) from None
         # the request handler goes in before any student code runs
         run = self.execute("from coursekit.remote import install_server as _course_install\n"
                            "_course_install()\ndel _course_install", timeout=120, silent=True)
         if run.status != "ok":
+            self.stop()
             raise KernelDied(f"the kernel could not load the course package ({run.ename}: {run.evalue})")
 
     def alive(self) -> bool:
@@ -147,6 +142,9 @@ class KernelSession:
             with contextlib.suppress(Exception):
                 self.context.destroy(linger=0)
         self.km = self.kc = self.context = None
+        for conn in self.conn_dirs:
+            shutil.rmtree(conn, ignore_errors=True)  # never follows links the kernel made
+        self.conn_dirs.clear()
 
     # running code -----------------------------------------------------------------------
     def _poll(self, timeout: float):
@@ -287,6 +285,14 @@ class KernelSession:
         return result
 
 
+def _short_tmp() -> str:
+    """A short folder for connection files (UNIX socket paths must stay under ~100 bytes)."""
+    for base in ("/tmp", tempfile.gettempdir()):
+        if os.path.isdir(base) and os.access(base, os.W_OK):
+            return base
+    return tempfile.gettempdir()
+
+
 def _callback_parts(prompt: str) -> tuple[bytes, bytes]:
     if not prompt.startswith(CALLBACK_PREFIX):
         raise ProtocolError("unexpected input request from the student's code")
@@ -383,7 +389,9 @@ class RemoteStudent(_StudentBase):
         object.__setattr__(self, "_session", session)
         object.__setattr__(self, "_timeout", timeout)
         object.__setattr__(self, "_cells", list(source_cells))
-        object.__setattr__(self, "_deadline", None)
+        object.__setattr__(self, "_callbacks", {})  # token -> function, for the rest of the test
+        object.__setattr__(self, "_tokens", itertools.count(1))
+        object.__setattr__(self, "_in_callback", False)
 
     @property
     def source(self):
@@ -413,26 +421,37 @@ class RemoteStudent(_StudentBase):
                         "build it there (student.<helper>(...)) or copy it with student.send(obj)")
 
     def _op(self, op, path, args=(), kwargs=None, value=None):
-        callbacks: dict = {}
+        if self._in_callback:
+            raise RuntimeError("a function the notebook's code calls back cannot itself ask the notebook: "
+                               "it receives plain values (tensors, numbers, generators' states)")
+        callbacks: dict = self._callbacks  # functions stay callable while the kernel holds them
         generators: dict = {}
         args, kwargs = tuple(args), dict(kwargs or {})
         if op != "send":
             self._check_args((args, kwargs, value))
         payload = pickle_request({"op": op, "path": path, "args": args, "kwargs": kwargs, "value": value},
-                                 callbacks, generators)
+                                 callbacks, generators, self._tokens)
 
         def on_callback(header: bytes, blob: bytes) -> str:
+            import torch
+
+            gens: list = []
+            object.__setattr__(self, "_in_callback", True)
             try:
                 call = decode(header, blob, self._make_handle)
                 fn = callbacks[call["token"]]
+                gens = find_instances(call["args"], call["kwargs"], torch.Generator)
                 reply = {"value": fn(*call["args"], **call["kwargs"])}
             except Exception as exc:  # noqa: BLE001 - travels back and is raised in the student's code
                 reply = {"error": (type(exc).__name__, str(exc)[:2000])}
+            finally:
+                object.__setattr__(self, "_in_callback", False)
+            reply["generators"] = [g.get_state() for g in gens]  # what the function drew moves them on
             try:
-                return pickle_request(reply, callbacks, generators)
+                return pickle_request(reply, callbacks, generators, self._tokens)
             except Exception as exc:  # noqa: BLE001 - a value that cannot travel
                 return pickle_request({"error": ("TypeError", f"cannot send the result back: {exc}")},
-                                      callbacks, generators)
+                                      callbacks, generators, self._tokens)
 
         header, blob = self._session.request(payload, self._timeout, on_callback)
         reply = decode(header, blob, self._make_handle)
@@ -478,9 +497,10 @@ class RemoteStudent(_StudentBase):
         return Ref(self, (("handle", hid),), (kind, text))
 
     def _reset(self) -> None:
-        """Forget the kernel objects handed out during a test."""
+        """Forget the kernel objects and functions handed out during a test."""
         with contextlib.suppress(Exception):
             self._op("reset", None)
+        self._callbacks.clear()
 
 
 def _is_numpy(value) -> bool:
@@ -606,20 +626,8 @@ def cached_judge_namespace(context_sources: list[str], device: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-# The preprocessor
+# A whole notebook
 # ---------------------------------------------------------------------------------------
-
-def _without_hidden_tests(nb):
-    """The submission as the student has it (for the kernel's working folder): test cells
-    carry only their visible part."""
-    from .preprocessors import strip_hidden_source
-
-    out = copy.deepcopy(nb)
-    for cell in out.cells:
-        if is_test_cell(cell):
-            cell.source = strip_hidden_source(cell.source)
-    return out
-
 
 def _gid(cell) -> str | None:
     meta = cell.metadata.get("nbgrader") or {}
@@ -631,128 +639,94 @@ def is_test_cell(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
-class JudgedExecute(NbGraderPreprocessor):
-    """Execute the student's cells in the sandboxed kernel; judge test cells here."""
+def context_sources(nb, grade_ids) -> list[str]:
+    """The code of the judge-context cells (by grade id, in the given order) of the released
+    notebook ``nb`` (never the submission's own copies: nbgrader restores locked cells)."""
+    by_id = {_gid(c): c.source for c in nb.cells if _gid(c)}
+    missing = [g for g in grade_ids if g not in by_id]
+    if missing:
+        raise RuntimeError(f"judge context cells missing from the released notebook: {missing}")
+    return [by_id[g] for g in grade_ids]
 
-    enabled = Bool(True)
-    timeout = Integer(300, help="seconds per cell (and per request a test makes)").tag(config=True)
-    notebook_timeout = Integer(1800, help="seconds for the whole notebook").tag(config=True)
-    kernel_name = Unicode("course-sandbox").tag(config=True)
-    extra_arguments = List(["--HistoryManager.hist_file=:memory:"]).tag(config=True)
-    ipc = Bool(True, help="talk to the kernel over IPC sockets (no network in the sandbox)").tag(config=True)
-    device = Unicode("cpu", help="the device the kernels compute on (cuda when they get the GPU)").tag(config=True)
-    judge_context = Dict({}, help="assignment -> grade ids of the cells that make the judge's "
-                                  "namespace (imports, given helpers)").tag(config=True)
-    max_restarts = Integer(2).tag(config=True)
-    scratch_dir = Unicode("", help="host folder for per-submission scratch (connection files)").tag(config=True)
-    status_dir = Unicode("", help="where to write a JSON note per submission").tag(config=True)
-    kernel_env = Dict({}, help="extra environment variables for the kernels").tag(config=True)
 
-    def preprocess(self, nb, resources):
-        nbg = resources.get("nbgrader", {})
-        assignment, student = nbg.get("assignment", "?"), nbg.get("student", "?")
-        base = Path(self.scratch_dir or tempfile.gettempdir())
-        base.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=base))
-        notes: list[str] = []
-        record: dict = {"notes": notes}
-        try:
-            copy = scratch / f"{nbg.get('notebook', assignment)}.ipynb"
-            nbformat.write(_without_hidden_tests(nb), copy)
-            session = KernelSession(self.kernel_name, scratch / "work", scratch / "conn",
-                                    env={**self.kernel_env, "COURSE_DEVICE": self.device},
-                                    extra_arguments=self.extra_arguments, ipc=self.ipc, copy=copy)
-            try:
-                self._run(nb, assignment, session, notes)
-            finally:
-                session.stop()
-        except Exception as exc:
-            record["error"] = f"{type(exc).__name__}: {exc}"[:500]
-            raise
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)  # never follows links the kernel made
-            if self.status_dir:
-                Path(self.status_dir).mkdir(parents=True, exist_ok=True)
-                (Path(self.status_dir) / f"{student}.json").write_text(json.dumps(record))
-        return nb, resources
+def _where(cell, index: int) -> str:
+    return f"'{_gid(cell)}'" if _gid(cell) else f"cell {index + 1}"
 
-    def _context_sources(self, nb, assignment: str) -> list[str]:
-        wanted = list(self.judge_context.get(assignment, []))
-        by_id = {_gid(c): c.source for c in nb.cells if _gid(c)}
-        missing = [g for g in wanted if g not in by_id]
-        if missing:
-            raise RuntimeError(f"judge context cells missing from the released notebook: {missing}")
-        return [by_id[g] for g in wanted]
 
-    def _run(self, nb, assignment: str, session: KernelSession, notes: list[str]) -> None:
-        start = time.monotonic()
-        session.start()
-        student_cells = [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
-        student = RemoteStudent(session, self.timeout, student_cells)
-        namespace = cached_judge_namespace(self._context_sources(nb, assignment), self.device)
-        namespace["student"] = student
-        ran_ok: list[str] = []     # cells that ran without error, to replay after a restart
-        restarts = 0
-        dead = False
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            left = self.notebook_timeout - (time.monotonic() - start)
-            if is_test_cell(cell):
-                cell.execution_count = None
-                if dead:
-                    cell.outputs = Verdict(_gid(cell), False, ename="KernelDied",
-                                           message="not judged: the kernel had stopped earlier").outputs()
-                    continue
-                object.__setattr__(student, "_timeout", max(1.0, min(self.timeout, left)))
-                verdict = judge_cell(cell.source, _gid(cell) or f"cell-{index}", namespace)
-                student._reset()
-                cell.outputs = verdict.outputs()
-                if verdict.kernel_died or not session.alive():
-                    notes.append(f"the kernel stopped while test '{_gid(cell)}' ran")
-                    dead, restarts = self._restart(session, ran_ok, restarts, notes)
-                continue
-            if dead or left <= 0:
-                cell.outputs = [nbformat.v4.new_output(
-                    "error", ename="NotRun", evalue="not run: " + ("the kernel had stopped earlier" if dead else
-                                                                    "the notebook's time limit was reached"),
-                    traceback=["not run"])]
-                cell.execution_count = None
-                if left <= 0 and not dead:
-                    notes.append(f"the notebook ran longer than {self.notebook_timeout} s; the rest was not run")
-                    dead = True
-                continue
-            try:
-                run = session.execute(cell.source, timeout=min(self.timeout, left))
-            except KernelDied as exc:
-                run = CellRun(outputs=[], status="died", ename="DeadKernelError", evalue=str(exc))
-            cell.outputs = run.outputs
-            cell.execution_count = run.execution_count
-            if run.status == "ok":
-                ran_ok.append(cell.source)
-            elif run.status == "timeout":
-                notes.append(f"cell {index} ran longer than {min(self.timeout, left):.0f} s and was interrupted")
-            elif run.status == "died":
-                where = _gid(cell) or f"cell {index}"
-                notes.append(f"{where}: {run.evalue}")
-                dead, restarts = self._restart(session, ran_ok, restarts, notes)
+def run_and_judge(nb, session: KernelSession, context: list[str], device: str, timeout: float,
+                  notebook_timeout: float, max_restarts: int = 4) -> list[str]:
+    """Run ``nb`` cell by cell in ``session`` (started here), judging its graded test cells
+    in this process; every cell's outputs are replaced.  Returns notes for the instructor
+    (time limits, kernel restarts)."""
+    notes: list[str] = []
+    start = time.monotonic()
+    session.start()
+    student_cells = [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
+    student = RemoteStudent(session, timeout, student_cells)
+    namespace = cached_judge_namespace(context, device)
+    namespace["student"] = student
+    ran_ok: list[str] = []     # cells that ran without error, to replay after a restart
+    state = {"restarts": 0, "dead": False}
 
-    def _restart(self, session: KernelSession, ran_ok: list[str], restarts: int, notes: list[str]):
-        """Start a fresh kernel and replay the cells that had run without error.  Returns
-        (dead, restarts)."""
-        if restarts >= self.max_restarts:
+    def restart() -> None:
+        """A fresh kernel that replays the cells that had run without error."""
+        if state["restarts"] >= max_restarts:
             notes.append("the kernel stopped too often; the rest of the notebook was not run")
             session.stop()
-            return True, restarts
+            state["dead"] = True
+            return
+        state["restarts"] += 1
         try:
             session.start()
             for src in ran_ok:
-                run = session.execute(src, timeout=self.timeout, silent=True)
+                run = session.execute(src, timeout=timeout, silent=True)
                 if run.status == "died":
                     raise KernelDied(run.evalue)
         except KernelDied as exc:
             notes.append(f"a fresh kernel could not replay the notebook ({exc}); the rest was not run")
             session.stop()
-            return True, restarts + 1
+            state["dead"] = True
+            return
         notes.append("a fresh kernel re-ran the cells before it, and the notebook went on")
-        return False, restarts + 1
+
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        left = notebook_timeout - (time.monotonic() - start)
+        if is_test_cell(cell):
+            cell.execution_count = None
+            if state["dead"]:
+                cell.outputs = Verdict(_gid(cell), False, ename="KernelDied",
+                                       message="not judged: the kernel had stopped earlier").outputs()
+                continue
+            object.__setattr__(student, "_timeout", max(1.0, min(timeout, left)))
+            verdict = judge_cell(cell.source, _gid(cell) or f"cell-{index}", namespace)
+            student._reset()
+            cell.outputs = verdict.outputs()
+            if verdict.kernel_died or not session.alive():
+                notes.append(f"the kernel died while test {_where(cell, index)} ran")
+                restart()
+            continue
+        if state["dead"] or left <= 0:
+            reason = "the kernel had stopped earlier" if state["dead"] else "the notebook's time limit was reached"
+            cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=f"not run: {reason}",
+                                                   traceback=[f"not run: {reason}"])]
+            cell.execution_count = None
+            if left <= 0 and not state["dead"]:
+                notes.append(f"the notebook ran longer than {notebook_timeout:g} s; the rest was not run")
+                state["dead"] = True
+            continue
+        try:
+            run = session.execute(cell.source, timeout=min(timeout, left))
+        except KernelDied as exc:
+            run = CellRun(outputs=[], status="died", ename="DeadKernelError", evalue=str(exc))
+        cell.outputs = run.outputs
+        cell.execution_count = run.execution_count
+        if run.status == "ok":
+            ran_ok.append(cell.source)
+        elif run.status == "timeout":
+            notes.append(f"{_where(cell, index)} ran longer than {min(timeout, left):.0f} s and was interrupted")
+        elif run.status == "died":
+            notes.append(f"{_where(cell, index)}: {run.evalue}")
+            restart()
+    return notes

@@ -45,7 +45,8 @@ def checks_spec(nb, assignment: str, notebook: str) -> dict:
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type == "code" and "handin_report(" in cell.source:
             counting = False
-        if counting and cell.cell_type == "code":
+        # test cells are not counted: at grading time they run in the grader, not the kernel
+        if counting and cell.cell_type == "code" and not (meta.get("grade") and not meta.get("solution")):
             code_cells += 1
         if meta.get("grade_id") == "setup":
             counting = True

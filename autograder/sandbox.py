@@ -50,7 +50,7 @@ COURSE_ROOT = Path(__file__).resolve().parent.parent
 ETC_FILES = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "hosts",
              "localtime", "fonts", "mime.types", "os-release"]
 # variables the kernel keeps from the grader's environment (everything else is cleared)
-ENV_KEEP = ("PATH", "LANG", "LC_ALL", "PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+ENV_KEEP = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "TOKENIZERS_PARALLELISM")
 ENV_PREFIXES = ("COURSE_",)
@@ -94,11 +94,13 @@ def gpu_nodes() -> list[Path]:
 
 def readable_paths() -> list[Path]:
     """Host folders a kernel needs, read-only: Python, the venv, the course package and
-    data, the model cache (on top of /usr, the /bin and /lib links and a few /etc files)."""
+    data, the model cache (on top of /usr, the /bin and /lib links and a few /etc files),
+    and any folder listed in ``COURSE_SANDBOX_READONLY`` (for packages installed elsewhere)."""
     from coursekit.models import course_cache_dir
 
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
              COURSE_ROOT / "coursekit", COURSE_ROOT / "data", course_cache_dir()}
+    paths |= {Path(p) for p in os.environ.get("COURSE_SANDBOX_READONLY", "").split(os.pathsep) if p.strip()}
     out = []
     for p in sorted(paths):
         try:
@@ -134,10 +136,11 @@ def bwrap_command(kernel_cmd: list[str], *, workdir: Path, conn_dir: Path, gpu: 
         for node in gpu_nodes():
             cmd += ["--dev-bind", str(node), f"/dev/{node.name}"]
         cmd += ["--ro-bind", "/sys", "/sys"]
+    # the private /tmp first: the folders bound below may live under the host's /tmp
+    cmd += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
     for p in readable_paths():
         cmd += ["--ro-bind", str(p), str(p)]
-    cmd += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
-            "--size", str(work_mb << 20), "--tmpfs", str(workdir)]
+    cmd += ["--size", str(work_mb << 20), "--tmpfs", str(workdir)]
     if copy_fd is not None and copy_name:
         cmd += ["--file", str(copy_fd), str(workdir / copy_name)]
     cmd += ["--bind", str(conn_dir), str(conn_dir), "--chdir", str(workdir)]

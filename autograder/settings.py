@@ -17,7 +17,7 @@ class GradingSettings:
     file_mb: int = sandbox.DEFAULT_FILE_MB
     workers: int = 0                 # 0: one per CPU core
     sandbox: str = "auto"            # auto (bubblewrap when it works, else a warning), on, off
-    max_restarts: int = 2            # fresh kernels after a crash or an unstoppable cell
+    max_restarts: int = 4            # fresh kernels after a crash or an unstoppable cell
     env: dict = field(default_factory=dict)  # for the kernels and the judge (e.g. COURSE_PROFILE)
 
     @classmethod

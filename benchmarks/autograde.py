@@ -1,12 +1,15 @@
 """Grade N generated submissions of `attention` twice, in one run, and print the figures.
 
 1. plain sequential nbgrader: every submission in ``submitted/``, one
-   ``nbgrader autograde attention`` call (no sandbox, no feedback);
-2. ``autograder.grade.grade(..., workers=W)``: intake, repair, tamper scan,
-   W parallel sandboxed workers, feedback, merged gradebook and reports.
+   ``nbgrader autograde attention`` call with nbgrader's own preprocessors (the tests
+   run inside the student's kernel; no sandbox, no feedback);
+2. ``autograder.grade.grade(..., workers=W)``: intake, repair, scan, sandbox self-test,
+   W parallel workers (sandboxed kernels, tests judged in the grader), feedback, merged
+   gradebook and reports.
 
 Prints seconds per submission for each, the speed-up, and whether the scores
-agree.  Target (issue 7): >= 1.7x with --workers 2 on the 2-core machine.
+agree.  Targets with --workers 2 on the 2-core machine: >= 2x (issue "Grades you can
+trust"), >= 3x (issue "Grading beyond one machine").
 ``--breakdown`` also grades the same submissions with ``--workers 1``, to tell the
 gain of running in parallel from the gain per submission (one process per worker
 for autograde and feedback, kernels killed once their notebook has run, cheaper
@@ -31,8 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from autograder.grade import _scores, grade  # noqa: E402
+from autograder.grade import grade  # noqa: E402
 from autograder.release import release  # noqa: E402
+from autograder.workers import scores  # noqa: E402
 from conftest import read_nb, set_solution  # noqa: E402
 
 WRONG = {
@@ -71,15 +75,21 @@ def sequential_nbgrader(subs: Path, work: Path) -> tuple[float, dict]:
         d = grading / "submitted" / sid / "attention"
         d.mkdir(parents=True)
         shutil.copy(f, d / "attention.ipynb")
+    # nbgrader's own pipeline: the tests run inside the student's kernel (no sandbox, no feedback)
+    stock = ["nbgrader.preprocessors.Execute", "nbgrader.preprocessors.IgnorePattern",
+             "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+             "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+             "nbgrader.preprocessors.CheckCellMetadata"]
     cmd = [sys.executable, "-m", "nbgrader", "autograde", "attention", "--force",
            f"--CourseDirectory.db_url=sqlite:///{grading / 'gradebook.db'}",
            f"--CourseDirectory.submitted_directory={grading / 'submitted'}",
-           f"--CourseDirectory.autograded_directory={grading / 'autograded'}"]
+           f"--CourseDirectory.autograded_directory={grading / 'autograded'}",
+           *[f"--Autograde.autograde_preprocessors={p}" for p in stock]]
     t = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - t
     students = sorted(p.name for p in (grading / "submitted").iterdir())
-    return seconds, {s: v[0] for s, v in _scores(grading / "gradebook.db", "attention", students).items()}
+    return seconds, {s: v[0] for s, v in scores(grading / "gradebook.db", "attention", students).items()}
 
 
 def main() -> None:
@@ -113,7 +123,7 @@ def main() -> None:
             same = all(abs(seq.get(s, 0.0) - ours.get(s, 0.0)) < 1e-9 for s in set(seq) | set(ours))
             label = f"autograder grade --workers {workers} (+feedback)"
             print(f"{label:<42}{seconds:9.1f}{seconds / args.n:14.2f}{t_seq / seconds:9.2f}x  {same}")
-        print(f"speed-up with --workers {args.workers}: {t_seq / runs[args.workers][0]:.2f}x (target >= 1.7x); "
+        print(f"speed-up with --workers {args.workers}: {t_seq / runs[args.workers][0]:.2f}x (targets: >= 2x, issue 16: >= 3x); "
               f"submissions: {args.n}; sandbox: {'on' if 'WITHOUT' not in report.table() else 'off'}")
 
 

@@ -103,10 +103,14 @@ def _download(name: str) -> Path | None:
 
 
 def data_file(name: str, download: bool = True) -> Path | None:
-    """Path of ``data/<name>``: from the checkout if there is one, else downloaded into
-    the course cache; None when neither works."""
+    """Path of ``data/<name>``: next to the installed package (a checkout, or the grading
+    sandbox, which shows ``coursekit/`` and ``data/`` only), else downloaded into the course
+    cache; None when neither works."""
     from coursekit import repo_root
 
+    beside = Path(__file__).resolve().parent.parent / "data" / name
+    if beside.is_file():
+        return beside
     root = repo_root()
     if root is not None and (root / "data" / name).is_file():
         return root / "data" / name

@@ -186,6 +186,8 @@ def encode(value: Any, register: Callable[[Any], int]) -> tuple[bytes, bytes]:
             return {"$bytes": base64.b64encode(bytes(v)).decode()}
         if isinstance(v, torch.Tensor):
             return tensor(v)
+        if t is torch.Generator:
+            return {"$generator": tensor(v.get_state()), "device": str(v.device)}
         if t is torch.dtype:
             return {"$dtype": str(v).replace("torch.", "")}
         if t is torch.device:
@@ -344,6 +346,15 @@ def decode(header: bytes, blob: bytes, make_handle: Callable[[int, str, str], An
                 return base64.b64decode(node["$bytes"], validate=True)
             except (ValueError, TypeError):
                 raise ProtocolError("malformed reply: bytes") from None
+        if "$generator" in node:
+            state = node["$generator"]
+            need(isinstance(state, dict) and "$tensor" in state, "generator")
+            gen = torch.Generator(device=device_ok(str(node.get("device", "cpu"))))
+            try:
+                gen.set_state(tensor(state).cpu())
+            except (RuntimeError, TypeError):
+                raise ProtocolError("malformed reply: generator state") from None
+            return gen
         if "$dtype" in node:
             dt = getattr(torch, str(node["$dtype"]), None)
             need(isinstance(dt, torch.dtype), "dtype")
@@ -655,7 +666,9 @@ class LocalStudent(_StudentBase):
         kwargs = self._resolve_args(dict(kwargs or {}))
         try:
             result = core.perform(op, path, args, kwargs, value)
-        except (StudentError, ProtocolError):
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                exc.from_student = True  # as at grading time: the notebook's code raised it
             raise
         header, blob = encode(result, core.register)
         return decode(header, blob, lambda hid, kind, text: Ref(self, (("handle", hid),), (kind, text)))
@@ -689,11 +702,6 @@ class _Callback:
 
     def __repr__(self):
         return f"<grader function {self.__name__}>"
-
-
-class _GeneratorSlot:
-    def __init__(self, gen):
-        self.gen = gen
 
 
 class KernelServer:
@@ -754,30 +762,32 @@ class KernelServer:
 
     # callbacks --------------------------------------------------------------------------
     def callback(self, token: int, args, kwargs):
+        """Call the grader's function ``token``: arguments go out as data (generators as their
+        state, which comes back changed as the function drew from it)."""
+        import torch
+
         header, blob = encode({"token": token, "args": list(args), "kwargs": dict(kwargs)}, self.core.register)
         prompt = CALLBACK_PREFIX + base64.b64encode(header).decode() + ":" + base64.b64encode(blob).decode()
         answer = self.kernel.raw_input(prompt)
         reply = self._unpickler(base64.b64decode(answer), []).load()
+        gens = find_instances(args, kwargs, torch.Generator)
+        for gen, state in zip(gens, reply.get("generators") or []):
+            gen.set_state(state)
         if "error" in reply:
             raise _builtin_exception(*reply["error"])
         return reply["value"]
 
 
-def _tensor_args(args, kwargs, copies: bool = True) -> list:
-    """Tensors among the arguments (top level and inside lists, tuples and dicts), each with
-    a copy to tell afterwards whether the call changed it in place (None when ``copies`` is
-    false or the tensor is too large to copy back)."""
-    import torch
-
+def find_instances(args, kwargs, cls) -> list:
+    """Objects of ``cls`` among the arguments (top level and inside lists, tuples and dicts),
+    in a fixed order: both ends of a call walk them the same way."""
     found = []
 
     def walk(v, depth=0):
         if depth > 8:
             return
-        if isinstance(v, torch.Tensor):
-            small = v.numel() * v.element_size() <= MAX_SYNC_BACK_BYTES and v.layout == torch.strided \
-                and v.device.type != "meta"
-            found.append((v, torch.Tensor.detach(v).clone() if small and copies else None))
+        if isinstance(v, cls):
+            found.append(v)
         elif type(v) in (list, tuple):
             for x in v:
                 walk(x, depth + 1)
@@ -788,6 +798,20 @@ def _tensor_args(args, kwargs, copies: bool = True) -> list:
     walk(list(args), 0)
     walk(dict(kwargs), 0)
     return found
+
+
+def _tensor_args(args, kwargs, copies: bool = True) -> list:
+    """Tensors among the arguments (``find_instances`` order), each with a copy to tell
+    afterwards whether the call changed it in place (None when ``copies`` is false or the
+    tensor is too large to copy back)."""
+    import torch
+
+    out = []
+    for v in find_instances(args, kwargs, torch.Tensor):
+        small = v.numel() * v.element_size() <= MAX_SYNC_BACK_BYTES and v.layout == torch.strided \
+            and v.device.type != "meta"
+        out.append((v, torch.Tensor.detach(v).clone() if small and copies else None))
+    return out
 
 
 def _same_tensor(t, before) -> bool:
@@ -827,9 +851,11 @@ def install_server(shell=None) -> KernelServer:
 # The grader's side of the request encoding (used by autograder.judge)
 # ---------------------------------------------------------------------------------------
 
-def pickle_request(request: dict, callbacks: dict, generators: dict) -> str:
+def pickle_request(request: dict, callbacks: dict, generators: dict, tokens=None) -> str:
     """Pickle a request for the kernel: references, functions (as callbacks) and generators
-    (as their state) travel by persistent id."""
+    (as their state) travel by persistent id.  ``tokens`` (an iterator) numbers the callbacks,
+    so that a number is never reused within a grading session."""
+    tokens = tokens if tokens is not None else itertools.count(len(callbacks) + 1)
     import torch
 
     class _Pickler(pickle.Pickler):
@@ -842,7 +868,7 @@ def pickle_request(request: dict, callbacks: dict, generators: dict) -> str:
                 return ("generator", bytes(obj.get_state().numpy().tobytes()), str(obj.device), token)
             if isinstance(obj, (types.FunctionType, types.MethodType, types.BuiltinMethodType)) \
                     and not _is_importable(obj):
-                token = len(callbacks) + 1
+                token = next(tokens)
                 callbacks[token] = obj
                 return ("callback", token, getattr(obj, "__name__", "function")[:100])
             return None

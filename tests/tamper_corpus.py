@@ -1,21 +1,30 @@
 """A corpus of bad submissions of the `attention` assignment, each with the score it must get.
 
 Every case writes one file into a folder.  ``score`` is out of 30; ``status`` is the
-summary status; ``note`` is a piece of the line the summary must print.  Cases marked
-``sandbox=True`` rely on bubblewrap (no file access, no network).
+summary status; ``note`` is a piece of the line the summary must print; ``flagged`` says
+whether the static scan must point the instructor at it (flags never change a score: the
+tests are judged outside the student's kernel).  Cases marked ``sandbox=True`` rely on
+bubblewrap.
+
+Kinds: cheats that try for full marks with unanswered questions (they must score 0), code
+that tries to read hidden tests or solutions, to write or connect outside its sandbox,
+malformed files that must not stop the class, and honest mishaps that must not cost points.
 """
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import nbformat
 
-from conftest import ROOT, read_nb, set_solution
+from conftest import ROOT, filled_exercise, read_nb, set_solution
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
+EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
+ANSWERS = ["get_multihead_qkv", "calculate_multihead_attention", "multi_head_attention", "positional_encoding"]
 
 
 @dataclass
@@ -26,30 +35,85 @@ class Case:
     status: str = "graded"
     note: str = ""
     sandbox: bool = False
+    flagged: bool = False
 
 
 def _src():
     return read_nb(SOURCE)
 
 
+def _full():
+    return filled_exercise("attention")
+
+
+def _untouched():
+    return read_nb(EXERCISE)
+
+
 def _cell(nb, gid):
     return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
 
 
-def _prepend(gid, code):
+def _index(nb, gid):
+    return next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+
+
+def _prepend(gid, code, base=_src):
     def build():
-        nb = _src()
+        nb = base()
         cell = _cell(nb, gid)
         cell.source = code + "\n" + cell.source
         return nb
     return build
 
 
-def _append(gid, code):
+def _append(gid, code, base=_src):
     def build():
-        nb = _src()
+        nb = base()
         cell = _cell(nb, gid)
         cell.source = cell.source + "\n" + code
+        return nb
+    return build
+
+
+def _new_cell_after(gid, code, base=_full):
+    """A cell of the student's own (no grading metadata) after cell ``gid``."""
+    def build():
+        nb = base()
+        nb.cells.insert(_index(nb, gid) + 1, nbformat.v4.new_code_cell(code))
+        return nb
+    return build
+
+
+def _at_end(code, base=_full):
+    def build():
+        nb = base()
+        nb.cells.append(nbformat.v4.new_code_cell(code))
+        return nb
+    return build
+
+
+def _replace_stub(nb, gid: str, body: str):
+    """The first unanswered stub of a released answer cell replaced by ``body``."""
+    import re
+
+    cell = _cell(nb, gid)
+    m = re.search(r"([ \t]*)# YOUR CODE HERE\n[ \t]*raise NotImplementedError\(\)", cell.source)
+    indent = m.group(1)
+    text = "\n".join(indent + ln if ln else ln for ln in body.strip("\n").splitlines())
+    cell.source = cell.source[:m.start()] + text + cell.source[m.end():]
+    return nb
+
+
+def _answers(bodies: dict, before: str = "", base=_untouched):
+    """Unanswered stubs replaced by ``bodies`` (grade id -> code), and an optional cell of the
+    student's own right after the imports."""
+    def build():
+        nb = base()
+        for gid, body in bodies.items():
+            nb = _replace_stub(nb, gid, body)
+        if before:
+            nb.cells.insert(_index(nb, "imports") + 1, nbformat.v4.new_code_cell(before))
         return nb
     return build
 
@@ -62,17 +126,24 @@ def _raw(filename, data: bytes):
     return lambda folder: (folder / filename).write_bytes(data)
 
 
+def _json(name, build, edit):
+    """Write the notebook as raw JSON after ``edit(dict)`` (shapes nbformat would refuse)."""
+    def write(folder):
+        raw = json.loads(nbformat.writes(build()))
+        edit(raw)
+        (folder / f"{name}.ipynb").write_text(json.dumps(raw))
+    return write
+
+
 def _old_format(folder):
     nb3 = nbformat.convert(_src(), 3)
     (folder / "old_format.ipynb").write_text(nbformat.writes(nb3, version=3))
 
 
-def _edited_locked(build_name):
-    def build():
-        nb = _src()
-        _cell(nb, "test_get_multihead_qkv_shapes").source = '"""Q1 visible: trust me."""\npass'
-        return nb
-    return _nb(build_name, build)
+def _edited_locked():
+    nb = _src()
+    _cell(nb, "test_get_multihead_qkv_shapes").source = '"""Q1 visible: trust me."""\npass'
+    return nb
 
 
 def _changed_points():
@@ -90,7 +161,7 @@ def _deleted_test():
 
 def _duplicated():
     nb = _src()
-    i = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "get_multihead_qkv")
+    i = _index(nb, "get_multihead_qkv")
     twin = copy.deepcopy(nb.cells[i])
     twin.id = "twin-answer"
     test = copy.deepcopy(_cell(nb, "test_get_multihead_qkv_shapes"))
@@ -99,9 +170,20 @@ def _duplicated():
     return nb
 
 
+def _foreign():
+    """A given cell and an answer cell pasted from another assignment's notebook."""
+    nb = _full()
+    other = read_nb(ROOT / "solutions" / "project_aether" / "project_aether.ipynb")
+    pasted = [copy.deepcopy(c) for c in other.cells
+              if c.metadata.get("nbgrader", {}).get("grade_id") in ("aether_config", "ffn_params")]
+    for c in pasted:
+        c.id = "pasted-" + c.id
+    nb.cells[_index(nb, "imports") + 1:_index(nb, "imports") + 1] = pasted
+    return nb
+
+
 def _empty(folder):
-    nb = nbformat.v4.new_notebook()
-    nbformat.write(nb, folder / "empty_notebook.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(), folder / "empty_notebook.ipynb")
 
 
 EQ_CHEAT = '''
@@ -114,15 +196,108 @@ class Anything:
 return Anything(), Anything(), Anything()
 '''
 
-# builds the path at run time so that only the sandbox, not the static scan, stops it
+# --- cheats for full marks on an unanswered notebook ------------------------------------------
+
+ANYTHING = '''
+class _Anything:
+    """Equal to everything, whatever it is asked."""
+    shape = (3, 3, 4, 4)
+    def __eq__(self, other): return True
+    __le__ = __lt__ = __ge__ = __gt__ = __eq__
+    def __getattr__(self, name): return lambda *a, **k: self
+    def __iter__(self): return iter([self, self, self])
+    def __len__(self): return 3
+    def __float__(self): return 0.0
+    def __getitem__(self, key): return self
+# the tests call these by name: make them agree with anything
+float = lambda *a: 0.0
+abs = lambda x: x
+type = lambda *a: torch.Tensor
+'''
+ANYTHING_ANSWERS = {"get_multihead_qkv": "return _Anything(), _Anything(), _Anything()",
+                    "calculate_multihead_attention": "return _Anything(), _Anything()",
+                    "positional_encoding": "pass"}
+
+ALIAS_PATCH = '''
+T = torch.Tensor   # patched through an alias: a scan that looks for `torch.` misses it
+T.__float__ = lambda self: 0.0
+T.__le__ = lambda self, other: True
+T.__lt__ = lambda self, other: True
+T.__eq__ = lambda self, other: True
+'''
+ZERO_ANSWERS = {"get_multihead_qkv": "return torch.zeros(1), torch.zeros(1), torch.zeros(1)",
+                "calculate_multihead_attention": "return torch.zeros(1), torch.zeros(1)"}
+
+AST_TRANSFORMER = '''
+import ast
+
+class _Blank(ast.NodeTransformer):
+    """Every later cell, test cells included, becomes `pass`."""
+    def visit_Module(self, node):
+        node.body = [ast.Pass()]
+        return node
+
+get_ipython().ast_transformers.append(_Blank())
+'''
+
+INPUT_TRANSFORMER = '''
+get_ipython().input_transformers_cleanup.append(lambda lines: ["pass\\n"])
+'''
+
+DISPLAYHOOK = '''
+import sys
+sys.displayhook("ok")  # nbgrader took the first such result of a test cell as full points
+raise NotImplementedError()
+'''
+
+# --- reading hidden tests or solutions --------------------------------------------------------
+
+PRINT_HISTORY = '''
+import os
+if os.environ.get("NBGRADER_EXECUTION") or os.environ.get("HOME") == "/tmp" or True:
+    print("\\n".join(In))   # everything this kernel ever ran
+    print(Out)
+'''
+
+FRAME_READER = '''
+import inspect, linecache
+for _frame in inspect.stack():  # the code that called this function, and its source
+    try:
+        print("CALLER", _frame.filename, "".join(linecache.getlines(_frame.filename)))
+    except Exception:
+        pass
+'''
+
+SYMLINKS = '''
+import os
+targets = [{solutions!r}, {gradebook!r}, os.path.expanduser("~/.bashrc")]
+for i, target in enumerate(targets):
+    for name in (f"leak{{i}}.ipynb", f"../leak{{i}}.ipynb", "attention.ipynb", "../attention.ipynb"):
+        try:
+            if os.path.lexists(name):
+                os.remove(name)
+            os.symlink(target, name)
+        except OSError:
+            pass
+print(sorted(os.listdir(".")))
+'''
+
+OTHER_CLONE = '''
+try:
+    print(open({path!r}).read())
+except OSError as exc:
+    print("cannot read the other clone:", type(exc).__name__)
+'''
+
 READ_SOLUTIONS = '''
 import json, os
-_p = os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), "..", "..", "..")
 _root = next(d for d in [os.environ.get("COURSE_ROOT", ""), "%s"] if d)
 _f = os.path.join(_root, "soluti" + "ons", "attention", "attention.ipynb")
 _nb = json.load(open(_f))
 exec(next(c["source"] for c in _nb["cells"] if "def get_multihead_qkv" in "".join(c["source"])))
 ''' % ROOT
+
+# --- writing or connecting outside --------------------------------------------------------------
 
 WRITE_GRADEBOOK = '''
 import os, sqlite3
@@ -137,6 +312,27 @@ for _base in ["%s", os.path.expanduser("~")]:
         pass
 '''
 
+REPLACE_FILES = '''
+import os
+# replace every file the kernel can see around it by a link to a file of the instructor
+for folder in (".", "..", "../..", "/tmp"):
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        continue
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            os.remove(path)
+            os.symlink({sentinel!r}, path)
+        except OSError:
+            pass
+try:
+    open({sentinel!r}, "w").write("overwritten by a student")
+except OSError as exc:
+    print("cannot write:", type(exc).__name__)
+'''
+
 NETWORK = '''
 import socket
 try:
@@ -145,51 +341,217 @@ except OSError:
     pass
 '''
 
+UNIX_SOCKET = '''
+import socket
+try:
+    _s = socket.socket(socket.AF_UNIX)
+    _s.settimeout(3)
+    _s.connect({path!r})
+    _s.sendall(b"leak")
+except OSError as exc:
+    print("no socket:", type(exc).__name__)
+'''
 
-def cases(port: int, grading_dir: Path) -> list[Case]:
-    return [
-        Case("infinite_loop", _nb("infinite_loop", _prepend("positional_encoding", "while True:\n    pass")),
-             24, note="time limit"),
-        Case("kernel_crash", _nb("kernel_crash", _prepend("get_multihead_qkv", "import os\nos._exit(3)")),
-             0, "error", "kernel crashed"),
-        Case("sys_exit", _nb("sys_exit", _prepend("get_multihead_qkv", "import sys\nsys.exit(0)")), 24),
-        Case("syntax_error", _nb("syntax_error", _append("calculate_multihead_attention", "def oops(:\n    pass")), 24),
-        Case("huge_allocation", _nb("huge_allocation", _prepend(
-            "positional_encoding", "_big = torch.empty(10 * 1024**3, dtype=torch.uint8)\n_big.fill_(1)")), 24),
+FILL_TMP = '''
+written = 0
+try:
+    with open("/tmp/fill", "wb") as fh:
+        for _ in range(1536):
+            fh.write(b"x" * (1 << 20))
+            written += 1
+except OSError as exc:
+    print(f"/tmp is full after {written} MiB ({type(exc).__name__})")
+'''
+
+HTML_FLOOD = '''
+from IPython.display import HTML, display
+display(HTML("<b>flood</b>" * 3_000_000))   # about 36 MB of HTML
+'''
+
+# --- honest mishaps ---------------------------------------------------------------------------
+
+STDERR_ANSWER = '''
+import sys, warnings
+print("debugging the shapes", file=sys.stderr)
+warnings.warn("a leftover warning", UserWarning)
+B, T, C = x.shape
+hs = C // n_head
+split = lambda t: t.view(B, T, n_head, hs).transpose(1, 2)  # (B, T, C) -> (B, nh, T, hs)
+return split(x @ w_q), split(x @ w_k), split(x @ w_v)
+'''
+
+SWALLOW_INTERRUPT = '''
+import time
+while True:          # a scratch loop the student forgot, that ignores interrupts
+    try:
+        time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+'''
+
+ALIAS_Q3 = '''
+B, T, C = query.shape
+split = lambda t: t.view(B, -1, self.n_head, self.head_size).transpose(1, 2)
+q, k, v = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
+y, weights = _attend(q, k, v, mask)
+return self.out_proj(y.transpose(1, 2).reshape(B, T, C)), weights
+'''
+
+HELPER_MHA = '''
+return _torch_attention(self, query, key, value, mask)
+'''
+HELPER_MHA_CELL = '''
+def _torch_attention(module, query, key, value, mask):
+    """A helper of my own: torch's attention with the module's weights."""
+    C = module.q_proj.in_features
+    ref = nn.MultiheadAttention(C, module.n_head, batch_first=True, bias=module.q_proj.bias is not None)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([module.q_proj.weight, module.k_proj.weight, module.v_proj.weight]))
+        ref.out_proj.weight.copy_(module.out_proj.weight)
+        if module.q_proj.bias is not None:
+            ref.in_proj_bias.copy_(torch.cat([module.q_proj.bias, module.k_proj.bias, module.v_proj.bias]))
+            ref.out_proj.bias.copy_(module.out_proj.bias)
+    ref = ref.to(query.device)
+    B, T, S = query.size(0), query.size(1), key.size(1)
+    attn_mask = None if mask is None else ~mask.expand(B, module.n_head, T, S).reshape(B * module.n_head, T, S)
+    out, w = ref(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+    return out, w
+'''
+
+V_PROJ_KEY = '''
+B, T, C = query.shape
+S = key.size(1)
+q = self.q_proj(query).view(B, T, self.n_head, self.head_size).transpose(1, 2)  # (B, nh, T, hs)
+k = self.k_proj(key).view(B, S, self.n_head, self.head_size).transpose(1, 2)    # (B, nh, S, hs)
+v = self.v_proj(key).view(B, S, self.n_head, self.head_size).transpose(1, 2)    # projects the key, not the value
+weights = (q @ k.transpose(-2, -1) / math.sqrt(self.head_size))
+if mask is not None:
+    weights = weights.masked_fill(~mask, float("-inf"))
+weights = weights.softmax(dim=-1)
+y = (weights @ v).transpose(1, 2).contiguous().view(B, T, C)
+return self.out_proj(y), weights
+'''
+
+DEEP_EXPRESSION = "total = " + " + ".join(["1"] * 3000) + "\nprint(total)"
+
+
+def _no_outputs(raw):
+    for cell in raw["cells"]:
+        if cell["cell_type"] == "code":
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+
+
+def _null_metadata(raw):
+    for cell in raw["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ("get_multihead_qkv", "intro"):
+            cell["metadata"]["nbgrader"] = None
+
+
+def _bom(folder):
+    (folder / "bom.ipynb").write_bytes(b"\xef\xbb\xbf" + nbformat.writes(_full()).encode())
+
+
+def cases(port: int, grading_dir: Path | None, places: dict | None = None) -> list[Case]:
+    """``places``: paths the corpus points at (a sentinel file, a UNIX socket, another clone)."""
+    places = places or {"sentinel": "/nonexistent/sentinel", "socket": "/nonexistent/socket",
+                        "clone": "/nonexistent/clone.ipynb"}
+    full_marks_cheats = [
+        Case("cheat_builtins", _nb("cheat_builtins", _answers(ANYTHING_ANSWERS, ANYTHING)), 0, flagged=False),
+        Case("cheat_alias_patch", _nb("cheat_alias_patch", _answers(ZERO_ANSWERS, ALIAS_PATCH)), 0, flagged=True),
+        Case("cheat_ast_transformer", _nb("cheat_ast_transformer", _answers({}, AST_TRANSFORMER)), 0, flagged=True),
+        Case("cheat_input_transformer", _nb("cheat_input_transformer", _answers({}, INPUT_TRANSFORMER)), 0,
+             flagged=True),
+        Case("cheat_displayhook", _nb("cheat_displayhook", _answers({g: DISPLAYHOOK for g in ANSWERS[:2]})), 0,
+             flagged=True),
+    ]
+    return full_marks_cheats + [
+        # --- reading hidden tests or solutions (graded normally; nothing leaks)
+        Case("prints_history", _nb("prints_history", _new_cell_after("test_positional_encoding_values",
+                                                                     PRINT_HISTORY)), 30),
+        Case("frame_reader", _nb("frame_reader", lambda: set_solution(
+            _full(), "get_multihead_qkv", FRAME_READER + STDERR_ANSWER.split("warnings.warn", 1)[1].split("\n", 1)[1])),
+             30, flagged=True),
+        Case("symlink_leak", _nb("symlink_leak", _new_cell_after("test_positional_encoding_values", SYMLINKS.format(
+            solutions=str(SOURCE), gradebook=str((grading_dir or Path("/")) / "gradebook.db")))), 30,
+             sandbox=True, flagged=True),
+        Case("reads_other_clone", _nb("reads_other_clone", _new_cell_after(
+            "imports", OTHER_CLONE.format(path=places["clone"]))), 30, sandbox=True),
+        Case("reads_solutions", _nb("reads_solutions", _prepend("get_multihead_qkv", READ_SOLUTIONS)), 24,
+             sandbox=True),
+        # --- writing or connecting outside
+        Case("writes_gradebook", _nb("writes_gradebook", _prepend("get_multihead_qkv", WRITE_GRADEBOOK % grading_dir)),
+             30, sandbox=True),
+        Case("replaces_files", _nb("replaces_files", _new_cell_after(
+            "test_positional_encoding_values", REPLACE_FILES.format(sentinel=places["sentinel"]))), 30, sandbox=True),
+        Case("network_socket", _nb("network_socket", _prepend("get_multihead_qkv", NETWORK % port)), 30,
+             sandbox=True),
+        Case("unix_socket", _nb("unix_socket", _new_cell_after("imports", UNIX_SOCKET.format(path=places["socket"]))),
+             30, sandbox=True),
+        Case("fills_tmp", _nb("fills_tmp", _new_cell_after("imports", FILL_TMP)), 30, sandbox=True),
+        Case("html_flood", _nb("html_flood", _new_cell_after("imports", HTML_FLOOD)), 30),
         Case("huge_output", _nb("huge_output", _append(
             "get_multihead_qkv", "for _i in range(200000):\n    print('spam ' * 8, _i)")), 30),
+        Case("huge_allocation", _nb("huge_allocation", _prepend(
+            "positional_encoding", "_big = torch.empty(10 * 1024**3, dtype=torch.uint8)\n_big.fill_(1)")), 24),
+        # --- broken code and broken kernels
+        Case("infinite_loop", _nb("infinite_loop", _prepend("positional_encoding", "while True:\n    pass")),
+             24, note="longer than"),
+        Case("swallows_interrupt", _nb("swallows_interrupt", _new_cell_after(
+            "test_calculate_multihead_attention_values", SWALLOW_INTERRUPT)), 30, note="did not stop when interrupted"),
+        Case("kernel_crash", _nb("kernel_crash", _prepend("get_multihead_qkv", "import os\nos._exit(3)")),
+             24, note="kernel died"),
+        Case("kills_itself_at_the_end", _nb("kills_itself_at_the_end", _at_end("import os\nos.kill(os.getpid(), 9)")),
+             30),
+        Case("sys_exit", _nb("sys_exit", _prepend("get_multihead_qkv", "import sys\nsys.exit(0)")), 24),
+        Case("syntax_error", _nb("syntax_error", _append("calculate_multihead_attention", "def oops(:\n    pass")), 24),
+        Case("deep_expression", _nb("deep_expression", _new_cell_after("imports", DEEP_EXPRESSION)), 30),
+        # --- malformed files
         Case("empty_notebook", _empty, 0, note="restored from the original"),
         Case("invalid_json", _raw("invalid_json.ipynb", b'{"cells": [ {"cell_type": "code", "source": "'), 0, "error",
              "not valid JSON"),
+        Case("binary_junk", _raw("binary_junk.ipynb", bytes(range(256)) * 40), 0, "error", "corrupt notebook"),
         Case("not_a_notebook", _raw("notebook.docx", b"PK\x03\x04 a word document"), 0, "error", "not a notebook"),
         Case("wrong_file_name", _raw("Copy of attention.ipynb", SOURCE.read_bytes()), 0, "error",
              "cannot tell the student"),
+        Case("null_metadata", _json("null_metadata", _full, _null_metadata), 30),
+        Case("no_outputs_key", _json("no_outputs_key", _full, _no_outputs), 30),
         Case("old_format", _old_format, 30),
-        Case("edited_locked_test", _edited_locked("edited_locked_test"), 30),
+        Case("edited_locked_test", _nb("edited_locked_test", _edited_locked), 30),
         Case("changed_points", _nb("changed_points", _changed_points), 30),
         Case("deleted_test_cell", _nb("deleted_test_cell", _deleted_test), 30, note="restored from the original"),
         Case("duplicated_cells", _nb("duplicated_cells", _duplicated), 30),
+        # --- honest mishaps
+        Case("bom", _bom, 30, note="byte-order mark"),
+        Case("stderr_and_warnings", _nb("stderr_and_warnings", lambda: set_solution(
+            _full(), "get_multihead_qkv", STDERR_ANSWER)), 30),
+        Case("foreign_cells", _nb("foreign_cells", _foreign), 30, note="another notebook"),
+        # --- wrong answers the tests must catch
         Case("eq_always_true", _nb("eq_always_true", lambda: set_solution(_src(), "get_multihead_qkv", EQ_CHEAT)),
              24),
+        Case("q3_through_alias", _nb("q3_through_alias", lambda: set_solution(
+            _with_alias(), "multi_head_attention", ALIAS_Q3)), 18),
+        Case("q3_through_helper", _nb("q3_through_helper", lambda: set_solution(
+            _new_cell_after("attention_config", HELPER_MHA_CELL)(), "multi_head_attention", HELPER_MHA)), 18),
+        Case("q3_value_from_key", _nb("q3_value_from_key", lambda: set_solution(
+            _full(), "multi_head_attention", V_PROJ_KEY)), 22),
+        # --- patches that no longer matter (flagged for the instructor, graded on their merits)
         Case("patched_allclose", _nb("patched_allclose", _append(
-            "get_multihead_qkv", "torch.allclose = lambda *a, **k: True")), 0, "flagged", "torch.allclose"),
+            "get_multihead_qkv", "torch.allclose = lambda *a, **k: True")), 30, flagged=True),
         Case("patched_torch_testing", _nb("patched_torch_testing", _append(
-            "get_multihead_qkv", "torch.testing.assert_close = lambda *a, **k: None")), 0, "flagged",
-             "torch.testing.assert_close"),
-        Case("patched_numpy_testing", _nb("patched_numpy_testing", _append(
-            "get_multihead_qkv", "import numpy as np\nsetattr(np.testing, 'assert_allclose', print)")), 0,
-             "flagged", "np.testing"),
+            "get_multihead_qkv", "torch.testing.assert_close = lambda *a, **k: None")), 30, flagged=True),
         Case("patched_tensor_eq", _nb("patched_tensor_eq", _append(
-            "get_multihead_qkv", "torch.Tensor.__eq__ = lambda self, other: True")), 0, "flagged",
-             "torch.Tensor.__eq__"),
+            "get_multihead_qkv", "torch.Tensor.__eq__ = lambda self, other: True")), 30, flagged=True),
         Case("overwritten_helper", _nb("overwritten_helper", _append(
             "calculate_multihead_attention",
             "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool, device=device)")),
-             0, "flagged", "causal_mask"),
-        Case("reads_solutions", _nb("reads_solutions", _prepend("get_multihead_qkv", READ_SOLUTIONS)), 24,
-             sandbox=True),
-        Case("writes_gradebook", _nb("writes_gradebook", _prepend("get_multihead_qkv", WRITE_GRADEBOOK % grading_dir)),
-             30, sandbox=True),
-        Case("network_socket", _nb("network_socket", _prepend("get_multihead_qkv", NETWORK % port)), 30,
-             sandbox=True),
+             30, flagged=True),
     ]
+
+
+def _with_alias():
+    """The Q1/Q2 functions reached through a name of the student's own."""
+    nb = _full()
+    nb.cells.insert(_index(nb, "calculate_multihead_attention") + 1,
+                    nbformat.v4.new_code_cell("_attend = calculate_multihead_attention  # an alias"))
+    return nb

@@ -171,11 +171,21 @@ def test_bad_files_get_a_clear_line_and_zero(graded):
     report, res, _ = graded
     assert res["corrupt"].score == 0 and "corrupt notebook" in res["corrupt"].message
     assert res["report"].score == 0 and "not a notebook" in res["report"].message
-    assert res["crash"].score == 0 and "kernel" in res["crash"].message
     table = report.table()
     for sid in ("full", "untouched", "corrupt", "report", "crash"):
         assert sid in table
-    assert "12 submissions: 9 graded, 3 with errors" in table
+    assert "12 submissions: 10 graded, 2 with errors" in table
+
+
+def test_a_function_that_kills_its_kernel_costs_only_its_own_tests(graded):
+    """Q1's function ends the kernel whenever it is called: each death is noted, a fresh
+    kernel re-runs the notebook so far, and Q2-Q4 are still judged."""
+    _, res, _ = graded
+    crash = res["crash"]
+    assert crash.status == "graded" and crash.score == 30 - 6, crash.message
+    assert "kernel died" in crash.message and "fresh kernel" in crash.message
+    assert crash.tests["test_get_multihead_qkv_values"] == (0.0, 4.0)
+    assert crash.tests["test_positional_encoding_values"] == (4.0, 4.0)
 
 
 def test_grades_csv_and_feedback(graded):

@@ -1,0 +1,321 @@
+"""The pieces that keep a verdict out of the student's hands: the reply format, `student` in
+the notebook and from the grader, the judging of one test cell, and intake of any file.
+
+All of these run in this process or with one plain kernel (seconds, no sandbox needed)."""
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from autograder.intake import IntakeError, read_submission
+from autograder.judge import HIDDEN_FAILURE, KernelSession, RemoteStudent, judge_cell, judge_namespace
+from coursekit.remote import LocalStudent, ProtocolError, Ref, decode, encode
+from coursekit.sourcecheck import SourceView
+
+NOTEBOOK_CODE = '''
+import torch, warnings, sys
+
+def scale(x, k):
+    """x * k; also writes to stderr and warns, which must not matter."""
+    print("debug", file=sys.stderr)
+    warnings.warn("careful")
+    return x * k, {"k": k, "shape": tuple(x.shape), "nan": float("nan")}
+
+def bump(x):
+    x.add_(1)  # changes its input in place
+    return None
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 3)
+    def forward(self, x):
+        return self.lin(x)
+
+def draw(gen, n):
+    return torch.randint(0, 1000, (n,), generator=gen)
+
+def call_back(f, x):
+    return f(x) + 1
+
+def raises():
+    raise ValueError("not like this")
+
+def draw_around(f, gen):
+    """Draws, lets f draw from the same generator, draws again."""
+    a = torch.randint(0, 1000, (2,), generator=gen)
+    b = f(gen)
+    return a, b, torch.randint(0, 1000, (2,), generator=gen)
+
+def unanswered():
+    raise NotImplementedError()
+'''
+
+
+def _no_handle(*args):
+    raise AssertionError("unexpected handle")
+
+
+# ------------------------------------------------------------------------------ the reply format
+
+def test_data_round_trips_with_its_types():
+    value = {"f": 1.5, "i": 3, "b": True, "n": None, "s": "x", "t": (1, [2.0, {"k": float("inf")}]),
+             "tensor": torch.arange(6, dtype=torch.int16).view(2, 3), "bf": torch.ones(2, dtype=torch.bfloat16),
+             "dtype": torch.float64, "dev": torch.device("cpu"), "set": {1, 2}, "nan": float("nan")}
+    header, blob = encode(value, lambda obj: 1)
+    back = decode(header, blob, _no_handle)
+    assert back["t"] == (1, [2.0, {"k": float("inf")}]) and type(back["t"]) is tuple
+    assert type(back["f"]) is float and type(back["i"]) is int and back["b"] is True
+    assert back["tensor"].dtype == torch.int16 and back["tensor"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert back["bf"].dtype == torch.bfloat16 and back["dtype"] is torch.float64 and back["set"] == {1, 2}
+    assert back["nan"] != back["nan"]
+
+
+def test_objects_that_are_not_data_travel_as_handles():
+    seen = []
+    header, blob = encode([torch.nn.Linear(1, 1)], lambda obj: seen.append(obj) or 7)
+    back = decode(header, blob, lambda hid, kind, text: ("handle", hid, kind))
+    assert back == [("handle", 7, "torch.nn.modules.linear.Linear")] and isinstance(seen[0], torch.nn.Linear)
+
+
+@pytest.mark.parametrize("header", [
+    b"not json", b'{"value": {"$tensor": "t0"}}', b'{"value": {"$unknown": 1}}', b'{"value": [1, 2]}',
+    b'{"value": {"$dtype": "Tensor"}}', b'{"value": {"$dict": [[[1], 2]]}}', b'{"nothing": 1}',
+    b'{"value": ' + b'{"$list": [' * 200 + b']}' * 200 + b'}',
+])
+def test_malformed_replies_raise_protocol_error(header):
+    with pytest.raises(ProtocolError):
+        decode(header, b"", _no_handle)
+
+
+def test_a_pickle_is_never_decoded():
+    class Boom:
+        def __reduce__(self):
+            return (print, ("pickle ran",))
+
+    with pytest.raises(ProtocolError):
+        decode(pickle.dumps(Boom()), b"", _no_handle)
+    with pytest.raises(ProtocolError):
+        decode(b'{"value": {"$tensor": "t0", "device": "cpu"}}', pickle.dumps(Boom()), _no_handle)
+
+
+def test_random_bytes_never_escape_as_anything_but_protocol_error():
+    rng = random.Random(0)
+    for _ in range(300):
+        header = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 80)))
+        blob = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 80)))
+        try:
+            decode(header, blob, _no_handle)
+        except ProtocolError:
+            pass
+
+
+# ------------------------------------------------------------------------------ `student`
+
+@pytest.fixture(scope="module")
+def kernel():
+    """One plain kernel (no sandbox) holding NOTEBOOK_CODE, and the grader's student for it."""
+    tmp = Path(tempfile.mkdtemp())
+    session = KernelSession("python3", tmp / "work", env={}, ipc=True)
+    session.start()
+    run = session.execute(NOTEBOOK_CODE, timeout=60)
+    assert run.status == "ok", run
+    yield session, RemoteStudent(session, 30, [NOTEBOOK_CODE])
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def local():
+    ns: dict = {}
+    exec(NOTEBOOK_CODE, ns)
+    return LocalStudent(ns)
+
+
+@pytest.fixture(params=["local", "remote"])
+def student(request, local, kernel):
+    return local if request.param == "local" else kernel[1]
+
+
+def test_calls_return_the_same_data_in_the_notebook_and_from_the_grader(student):
+    out, meta = student.scale(torch.ones(2), 3)
+    assert out.tolist() == [3.0, 3.0] and meta["k"] == 3 and meta["shape"] == (2,)
+    assert type(meta["nan"]) is float and meta["nan"] != meta["nan"]
+
+
+def test_in_place_changes_and_generators_come_back(student):
+    x = torch.zeros(3)
+    student.bump(x)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+    g, ref = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    assert student.draw(g, 4).tolist() == torch.randint(0, 1000, (4,), generator=ref).tolist()
+    assert torch.equal(g.get_state(), ref.get_state()), "the generator's state moved on as in a local call"
+
+
+def test_objects_stay_there_and_can_be_inspected(student):
+    m = student.Model()
+    assert isinstance(m, Ref)
+    m.eval()
+    assert student.fetch(m.training) is False
+    assert tuple(m(torch.ones(4, 2)).shape) == (4, 3)
+    assert set(m.state_dict()) == {"lin.weight", "lin.bias"}
+    with pytest.raises(TypeError, match="fetch"):
+        bool(m.training)
+
+
+def test_functions_passed_in_are_called_back(student):
+    assert student.call_back(lambda t: t * 10, torch.ones(1)).tolist() == [11.0]
+    with student.replaced(raises=lambda: "substituted"):
+        assert student.raises() == "substituted"
+    with pytest.raises(ValueError, match="not like this"):
+        student.raises()
+
+
+def test_generators_passed_to_callbacks_keep_one_stream(student):
+    """A callback that draws from the student's generator moves it on in the kernel too, as
+    if it had run there; a callback may not make requests of its own."""
+    gen, ref = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    a, b, c = student.draw_around(lambda g: torch.randint(0, 1000, (3,), generator=g), gen)
+    expected = [torch.randint(0, 1000, (n,), generator=ref).tolist() for n in (2, 3, 2)]
+    assert [a.tolist(), b.tolist(), c.tolist()] == expected
+    assert torch.equal(gen.get_state(), ref.get_state())
+    if not isinstance(student, LocalStudent):
+        with pytest.raises(RuntimeError, match="cannot itself ask the notebook"):
+            student.draw_around(lambda g: student.fetch(student.scale), gen)
+
+
+def test_errors_of_the_students_code_come_back_as_their_type(student):
+    with pytest.raises(NotImplementedError):
+        student.unanswered()
+    with pytest.raises(NameError, match="not defined in the notebook"):
+        student.missing()
+
+
+def test_local_objects_must_be_sent_explicitly(kernel):
+    _, remote = kernel
+    with pytest.raises(TypeError, match="student.send"):
+        remote.fetch(remote.call_back)(torch.nn.Linear(1, 1))
+    lin = remote.send(torch.nn.Linear(1, 1))
+    assert tuple(remote.fetch(lin.weight).shape) == (1, 1)
+
+
+def test_a_kernel_that_lies_about_its_replies_gets_a_protocol_error(kernel):
+    session, remote = kernel
+    session.execute("__saved_server__ = __course_judge__\n"
+                    "class _Liar:\n"
+                    "    def handle(self, token, payload):\n"
+                    "        print('all tests passed')\n"
+                    "__course_judge__ = _Liar()", timeout=30)
+    try:
+        with pytest.raises(ProtocolError):
+            remote.scale(torch.ones(1), 2)
+    finally:
+        session.execute("__course_judge__ = __saved_server__", timeout=30)
+
+
+# ------------------------------------------------------------------------------ judging a cell
+
+def test_verdict_messages_name_visible_lines_and_hide_hidden_ones(local):
+    ns = judge_namespace([], "cpu")
+    ns["student"] = local
+    visible = judge_cell('"""Q1 visible: x"""\n_x = student.scale(torch.ones(1), 2)[0]\nassert float(_x) == 3.0\n',
+                         "t", ns)
+    assert not visible.passed and visible.message == "failed: assert float(_x) == 3.0"
+    hidden = judge_cell('"""Q1 hidden: x"""\n### BEGIN HIDDEN TESTS\n_secret = 41\nassert _secret == 42\n'
+                        '### END HIDDEN TESTS', "t", ns)
+    assert not hidden.passed and hidden.message == HIDDEN_FAILURE and "41" not in hidden.message
+    unanswered = judge_cell('"""Q1 visible: x"""\nstudent.unanswered()', "t", ns)
+    assert "not answered yet" in unanswered.message
+    ok = judge_cell('"""Q1 visible: x"""\nprint("fine")\nassert student.scale(torch.ones(1), 2)[0].item() == 2.0', "t", ns)
+    assert ok.passed and ok.printed == "fine\n" and ok.outputs()[0]["text"] == "fine\n"
+
+
+# ------------------------------------------------------------------------------ reading the source
+
+def test_source_view_follows_aliases_helpers_and_defaults():
+    view = SourceView(['import torch.nn.functional as F\n'
+                       'def q1(x): pass\n'
+                       'alias = q1\n'
+                       'def helper(x): return alias(x)\n'
+                       'class A:\n    def forward(self, x): return helper(x)\n'
+                       'class B:\n    def forward(self, x, f=q1): return f(x)\n'
+                       'class C:\n    def forward(self, x): return F.scaled_dot_product_attention(x, x, x)\n'
+                       'class D:\n    def forward(self, x):\n        q1 = x.view(1)\n        return q1.softmax(-1)\n'
+                       'class E:\n    def forward(self, x): return eval("q" + "1")(x)\n',
+                       'x = ((((('])
+    names = {"q1", "scaled_dot_product_attention"}
+    assert view.reaches("A", names) == ["q1"]
+    assert view.reaches("B", names) == ["q1"]
+    assert view.reaches("C", names) == ["scaled_dot_product_attention"]
+    assert view.reaches("D", names) == []  # a local variable of the same name is not the function
+    assert view.reaches("E", names) == ["dynamic:eval"]
+    assert view.reaches("Z", names) == ["Z is not defined"] and view.unreadable == [1]
+
+
+# ------------------------------------------------------------------------------ intake of any file
+
+def _notebook_json():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("x = 1")]
+    nb.cells[1].metadata["nbgrader"] = {"grade": False, "grade_id": "answer", "locked": False,
+                                        "schema_version": 3, "solution": True, "task": False}
+    return json.loads(nbformat.writes(nb))
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda raw: raw["cells"][1]["metadata"].update(nbgrader=None),
+    lambda raw: raw["cells"][1]["metadata"].update(nbgrader={"grade_id": 5}),
+    lambda raw: raw["cells"][1]["metadata"].update(nbgrader={"grade_id": "a b/c", "points": "many"}),
+    lambda raw: raw["cells"][1]["metadata"].update(nbgrader=[1, 2]),
+    lambda raw: raw["cells"][1].pop("outputs"),
+    lambda raw: raw["cells"][1].pop("metadata"),
+    lambda raw: raw["cells"][1].update(source=["a = 1\n", 2]),
+    lambda raw: raw["cells"][1].update(cell_type="widget"),
+    lambda raw: raw["cells"].append("not a cell"),
+    lambda raw: raw["cells"].append({"cell_type": "code", "source": "x" * 10, "outputs": "nope", "id": "../.."}),
+    lambda raw: raw.update(metadata=None),
+    lambda raw: raw.update(nbformat="four"),
+    lambda raw: raw["cells"][0].update(attachments={"a.png": {"image/png": "!!!"}}),
+])
+def test_malformed_notebooks_are_rebuilt_or_refused_in_one_line(tmp_path, mutate):
+    raw = _notebook_json()
+    mutate(raw)
+    path = tmp_path / "s1_x.ipynb"
+    path.write_text(json.dumps(raw))
+    try:
+        nb, notes = read_submission(path)
+    except IntakeError as exc:
+        assert "\n" not in str(exc)
+        return
+    nbformat.validate(nb)  # what comes out is a valid notebook, whatever went in
+    assert all("outputs" in c for c in nb.cells if c.cell_type == "code")
+
+
+def test_fuzzed_files_never_raise_anything_but_intake_error(tmp_path):
+    rng = random.Random(1)
+    base = json.dumps(_notebook_json()).encode()
+    for i in range(150):
+        data = bytearray(base)
+        for _ in range(rng.randrange(1, 6)):
+            pos = rng.randrange(len(data))
+            data[pos:pos + rng.randrange(1, 4)] = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 3)))
+        path = tmp_path / f"s{i}_x.ipynb"
+        path.write_bytes(bytes(data))
+        try:
+            nb, _ = read_submission(path)
+        except IntakeError:
+            continue
+        nbformat.validate(nb)
+
+
+def test_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "s1_x.ipynb"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_notebook_json()).encode())
+    nb, notes = read_submission(path)
+    assert nb.cells[1].source == "x = 1" and any("byte-order mark" in n for n in notes)
