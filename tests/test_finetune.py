@@ -58,11 +58,15 @@ def test_points_and_structure():
 # ------------------------------------------------------------------- tests catch wrong answers
 
 def _namespace(nb):
-    """The notebook's imports, tiny test helpers and graded functions, executed here on the CPU."""
+    """The notebook's imports, tiny test helpers and graded functions, executed here on the CPU;
+    test cells reach the functions through ``student``, as in the notebook."""
     import torch
+
+    from coursekit.remote import LocalStudent
 
     cells = _cells(nb)
     ns = {"DEVICE": torch.device("cpu"), "display": print}
+    ns["student"] = LocalStudent(ns)
     os.environ.setdefault("COURSE_MODEL_SOURCE", "offline")
     exec(cells["imports"].source, ns)
     exec(cells["tiny_helpers"].source, ns)
