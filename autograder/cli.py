@@ -1,17 +1,38 @@
-"""Command line: ``python -m autograder {release,grade} ...``."""
+"""Command line: ``python -m autograder {release,collect,grade,handgrade,export} ...``."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from . import ROOT, assignments
+from . import GRADING_DIR, ROOT
+
+
+class CliError(Exception):
+    """A mistake on the command line: one line for the user, exit status 2."""
+
+
+def _known(names: list[str]) -> list[str]:
+    from .course import CourseFileError, load
+
+    try:
+        known = load(ROOT).ids
+    except CourseFileError as exc:
+        raise CliError(str(exc)) from None
+    for name in names:
+        if name not in known:
+            raise CliError(f"unknown assignment {name!r}; the assignments are: {', '.join(known)}")
+    return names
+
+
+def _grading_dir(args) -> Path:
+    return Path(args.grading_dir) if args.grading_dir else ROOT / GRADING_DIR
 
 
 def _cmd_release(args) -> int:
     from .release import release
 
-    for path in release(args.assignments or None, out_dir=args.out):
+    for path in release(_known(args.assignments) or None, out_dir=args.out):
         print(f"released {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 
@@ -19,63 +40,186 @@ def _cmd_release(args) -> int:
 def _cmd_collect(args) -> int:
     from .lms import collect, summary
 
-    entries = collect(args.assignment, Path(args.source), Path(args.out), args.roster)
+    _known([args.assignment])
+    source = Path(args.source)
+    if not source.exists():
+        raise CliError(f"no such zip file or folder: {source}")
+    entries = collect(args.assignment, source, Path(args.out), args.roster)
     print(summary(entries))
     print(f"\nreport: {Path(args.out) / '.collect_report.csv'}")
+    if not any(e.target for e in entries):
+        print(f"WARNING: no notebook was collected from {source}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _has_files(source: Path) -> bool:
+    import zipfile
+
+    if source.is_file() and zipfile.is_zipfile(source):
+        with zipfile.ZipFile(source) as zf:
+            return any(not i.is_dir() for i in zf.infolist())
+    return source.is_dir() and any(p.is_file() and not p.name.startswith(".") for p in source.iterdir())
 
 
 def _cmd_grade(args) -> int:
     from .grade import GradingError, grade
     from .release import ReleaseError
 
+    _known([args.assignment])
+    source = Path(args.submissions)
+    if not source.exists():
+        raise CliError(f"no such zip file or folder: {source}")
+    if not _has_files(source):
+        print(f"WARNING: {source} holds no files: nothing to grade", file=sys.stderr)
+        return 1
     try:
-        report = grade(args.assignment, Path(args.submissions), out_dir=args.out,
-                       grading_dir=args.grading_dir, cell_timeout=args.cell_timeout,
-                       notebook_timeout=args.notebook_timeout, workers=args.workers,
-                       use_sandbox=args.sandbox, memory_mb=args.memory_mb, roster=args.roster)
+        report = grade(args.assignment, source, out_dir=args.out, grading_dir=args.grading_dir,
+                       cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
+                       workers=args.workers, use_sandbox=args.sandbox, memory_mb=args.memory_mb,
+                       roster=args.roster)
     except (ReleaseError, GradingError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise CliError(str(exc)) from None
     print(report.table())
-    print(f"\ngrades: {report.csv_path} (and canvas.csv, moodle.csv, histogram.png, pass_rates.png)"
-          f"\nfeedback: {report.feedback_dir}\ntime: {report.seconds:.0f} s")
+    print(f"\ngrades for the class: {report.csv_path} (and canvas.csv, moodle.csv, histogram.png, pass_rates.png)"
+          f"\nfeedback: {report.feedback_dir}\ngraded notebooks: {_grading_dir(args) / 'autograded'}/<student>/"
+          f"{args.assignment}/\ntime: {report.seconds:.0f} s")
+    graded = [r for r in report.results if r.status == "graded"]
+    if any(r.pending for r in graded):
+        print(f"\nwritten answers wait for a grader: python -m autograder handgrade {args.assignment}")
+    if not graded:
+        print("ERROR: no submission could be graded (see the reasons above)", file=sys.stderr)
+        return 1
+    causes = {r.message for r in graded}
+    if len(graded) > 1 and len(causes) == 1 and next(iter(causes)) and all(r.score == 0 for r in graded):
+        print(f"ERROR: every notebook failed the same way ({next(iter(causes))}): check the grading setup",
+              file=sys.stderr)
+        return 1
     return 0
 
 
+def _cmd_export(args) -> int:
+    from .course import load
+    from .export import export
+    from .grade import prepare_release
+
+    _known([args.assignment])
+    grading = _grading_dir(args).resolve()
+    if not (grading / "gradebook.db").exists():
+        raise CliError(f"nothing graded yet: no gradebook in {grading}")
+    spec = load(ROOT).assignment(args.assignment)
+    rel = prepare_release(args.assignment, grading, ROOT)
+    out = Path(args.out) if args.out else grading / "reports" / args.assignment
+    result = export(args.assignment, grading, out, rel.nb, spec.lms_column, spec.canvas_id,
+                    feedback=not args.no_feedback, root=ROOT)
+    graded = [r for r in result.rows if r.status == "graded"]
+    pending = sum(1 for r in graded if r.pending)
+    print(f"{len(result.rows)} students: {len(graded)} graded ({pending} with written answers awaiting a grader), "
+          f"{len(result.rows) - len(graded)} without a graded submission")
+    print(f"written: {', '.join(str(p) for p in result.paths.values())}"
+          + ("" if args.no_feedback else f", {out / 'feedback'}/<student>.html"))
+    return 0
+
+
+def _cmd_handgrade(args) -> int:
+    from .handgrade import HandGrading, make_server
+
+    _known([args.assignment])
+    try:
+        hg = HandGrading(args.assignment, _grading_dir(args).resolve(), ROOT)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    server = make_server(hg, port=args.port)
+    host, port = server.server_address[:2]
+    print(f"hand grading {args.assignment}: open http://{host}:{port}/ (Ctrl-C to stop);"
+          f" then run: python -m autograder export {args.assignment}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (unless its help already says it) and keeps the examples' layout."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, argparse.SUPPRESS, False) and "default" not in text \
+                and action.option_strings:
+            text += f" (default: {action.default})"
+        return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder",
-                                     description="Release and grade the course's nbgrader assignments.")
+    parser = argparse.ArgumentParser(
+        prog="python -m autograder", formatter_class=_Help,
+        description="Release, grade, hand-grade and export the course's nbgrader assignments.",
+        epilog="A class, from the LMS zip back to the LMS gradebook:\n"
+               "  python -m autograder grade attention canvas.zip --roster roster.csv\n"
+               "  python -m autograder handgrade attention      # written answers, question by question\n"
+               "  python -m autograder export attention         # grades.csv, canvas.csv, moodle.csv, feedback")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("release", help="regenerate exercises/ from solutions/ (deterministic)")
-    p.add_argument("assignments", nargs="*", help=f"default: all ({', '.join(assignments())})")
-    p.add_argument("--out", type=Path, default=None, help="release directory (default: exercises/)")
+    p = sub.add_parser("release", formatter_class=_Help, help="regenerate exercises/ from solutions/ (deterministic)",
+                       epilog="example: python -m autograder release attention")
+    p.add_argument("assignments", nargs="*", help="assignment ids (default: all of course.yml)")
+    p.add_argument("--out", type=Path, default=None, help="release folder (default: exercises/)")
     p.set_defaults(func=_cmd_release)
 
-    p = sub.add_parser("collect", help="Canvas/Moodle bulk download (zip or folder) -> a folder for grade")
+    p = sub.add_parser("collect", formatter_class=_Help,
+                       help="Canvas/Moodle bulk download (zip or folder) -> a folder for grade",
+                       epilog="example: python -m autograder collect attention canvas.zip subs/ --roster roster.csv")
     p.add_argument("assignment")
     p.add_argument("source", help="the LMS zip, or a folder")
     p.add_argument("out", help="folder to write <student id>_<assignment>.ipynb files into")
-    p.add_argument("--roster", type=Path, default=None, help="CSV with student_id,lms_id[,name,email,...]")
+    p.add_argument("--roster", type=Path, default=None, help="CSV with student_id,lms_id[,name,email,login,section]")
     p.set_defaults(func=_cmd_collect)
 
-    p = sub.add_parser("grade", help="autograde a folder (or an LMS zip) of submitted notebooks")
+    p = sub.add_parser("grade", formatter_class=_Help, help="autograde a folder (or an LMS zip) of notebooks",
+                       epilog="examples:\n  python -m autograder grade attention subs/\n"
+                              "  python -m autograder grade finetune moodle.zip --roster roster.csv --workers 1\n"
+                              "limits not given here come from course.yml (per assignment)")
     p.add_argument("assignment", help="assignment id, e.g. attention")
     p.add_argument("submissions", help="folder with one .ipynb per student (the student id is the file "
                                        "name), or a Canvas/Moodle zip (then see --roster)")
-    p.add_argument("--roster", type=Path, default=None, help="CSV mapping LMS ids to student ids")
-    p.add_argument("--out", type=Path, default=None,
-                   help="where grades.csv and feedback go (default: grading/reports/ASSIGNMENT)")
-    p.add_argument("--grading-dir", type=Path, default=None,
-                   help="gradebook and nbgrader folders (default: grading/)")
-    p.add_argument("--workers", type=int, default=None, help="parallel graders (default: CPU cores)")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="CSV of the class (student_id, lms_id, ...): every student on it gets a row")
+    p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
+    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    p.add_argument("--workers", type=int, default=None, help="parallel graders (default: one per CPU core)")
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
-                   help="run student code in bubblewrap: auto (when available, else warn), on, off")
-    p.add_argument("--memory-mb", type=int, default=None, help="memory limit per kernel: its address space, or its data segment when the kernels get the GPU")
-    p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default 300)")
-    p.add_argument("--notebook-timeout", type=int, default=None, help="seconds per notebook (default 1800)")
+                   help="run student code in bubblewrap: auto (when it works, else warn), on, off")
+    p.add_argument("--memory-mb", type=int, default=None,
+                   help="memory limit per kernel (default: course.yml, 8192): its address space, or its data "
+                        "segment when the kernels get the GPU")
+    p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default: course.yml, 300)")
+    p.add_argument("--notebook-timeout", type=int, default=None,
+                   help="seconds per notebook (default: course.yml, 1800)")
     p.set_defaults(func=_cmd_grade)
 
+    p = sub.add_parser("handgrade", formatter_class=_Help,
+                       help="grade written answers question by question, in the browser",
+                       epilog="example: python -m autograder handgrade concepts --port 8765")
+    p.add_argument("assignment")
+    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1")
+    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    p.set_defaults(func=_cmd_handgrade)
+
+    p = sub.add_parser("export", formatter_class=_Help,
+                       help="rebuild grades.csv, canvas.csv, moodle.csv, plots and feedback from the gradebook",
+                       epilog="example: python -m autograder export attention")
+    p.add_argument("assignment")
+    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
+    p.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback pages")
+    p.set_defaults(func=_cmd_export)
+
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

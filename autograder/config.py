@@ -56,7 +56,12 @@ def configure(c, root: Path = ROOT, grading_dir: Path | None = None,
     # Feedback shows which tests passed and why others failed, never hidden-test source.
     c.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades",
+        "autograder.preprocessors.FeedbackLabels",
         "autograder.preprocessors.HideHiddenTests",
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
     c.GenerateFeedback.exporter_class = "autograder.preprocessors.FeedbackExporter"
+    # the course's own page (autograder/templates/course_feedback): tests named in words,
+    # written answers that wait for a grader marked as such
+    c.FeedbackExporter.template_name = "course_feedback"
+    c.FeedbackExporter.extra_template_basedirs = [str(Path(__file__).with_name("templates"))]

@@ -55,6 +55,7 @@ class Assignment:
     grading: Grading = field(default_factory=Grading)
     due: str | None = None
     lms_name: str | None = None   # the assignment's column (Canvas) / grade item (Moodle) name
+    canvas_id: int | None = None  # Canvas' id of the assignment: its import matches the column by it
 
     @property
     def notebook(self) -> str:
@@ -149,7 +150,8 @@ def parse(data, root: Path = ROOT) -> Course:
     for aid, spec in _expect(data.get("assignments"), dict, "assignments").items():
         where = f"assignments.{aid}"
         _expect(spec, dict, where)
-        _keys(spec, {"title", "chapters", "judge_context", "models", "grading", "due", "lms_name"}, where)
+        _keys(spec, {"title", "chapters", "judge_context", "models", "grading", "due", "lms_name", "canvas_id"},
+              where)
         models = _str_list(spec.get("models", []), f"{where}.models")
         for m in models:
             if m not in MODEL_KINDS:
@@ -162,7 +164,8 @@ def parse(data, root: Path = ROOT) -> Course:
             judge_context=_str_list(spec.get("judge_context", []), f"{where}.judge_context"),
             models=models, grading=_grading(spec.get("grading"), f"{where}.grading", base),
             due=None if due is None else str(due),
-            lms_name=None if spec.get("lms_name") is None else _expect(spec["lms_name"], str, f"{where}.lms_name")))
+            lms_name=None if spec.get("lms_name") is None else _expect(spec["lms_name"], str, f"{where}.lms_name"),
+            canvas_id=None if spec.get("canvas_id") is None else _expect(spec["canvas_id"], int, f"{where}.canvas_id")))
     return Course(title=_expect(data.get("title"), str, "title"),
                   student_repo=_repo(repos.get("student"), "repositories.student"),
                   instructor_repo=_repo(repos.get("instructor"), "repositories.instructor"),

@@ -27,6 +27,7 @@ from pathlib import Path
 import nbformat
 
 from . import GRADING_DIR, ROOT, SOURCE_DIR, sandbox, tamper
+from .classbook import record_intake, save_roster
 from .course import CourseFileError, UnknownAssignment, load as load_course
 from .intake import IntakeError, Submission, read_submission, student_id_from_name
 from .release import release
@@ -230,8 +231,13 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     report.warnings += warnings
     feedback_dir.mkdir(parents=True, exist_ok=True)
     rel = prepare_release(assignment, grading, root)
+    save_roster(grading, roster)
 
-    late = _late_students(submissions)
+    # ---- intake: every file, and every problem collect met, gets a row
+    from .lms import read_report
+
+    collected = read_report(submissions)
+    late = {e.student_id for e in collected if e.late and e.target} | _late_students(submissions)
     subs = intake(submissions, rel, late)
     results = {}
     for sub in subs:
@@ -241,6 +247,16 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
         elif sub.notes:
             r.note("repaired before grading: " + "; ".join(sub.notes))
         results[sub.student_id] = r
+        report.results.append(r)
+    for e in collected:
+        if e.target:
+            continue
+        key = e.student_id or f"? ({Path(e.source).name})"
+        if key in results:  # a duplicate beside a file that was graded: a note on that row
+            results[key].note(f"{Path(e.source).name}: {e.status}")
+            continue
+        r = Result(key, Path(e.source).name, max_score=rel.max_points, message=e.status, late=e.late)
+        results[key] = r
         report.results.append(r)
 
     queue = {s.student_id: s.nb for s in subs if s.nb is not None and not s.error}
@@ -259,6 +275,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     for r in report.results:
         if r.late:
             r.note("submitted LATE")
+    record_intake(grading, assignment, [_intake_row(r, submissions) for r in report.results])
 
     report.seconds = time.monotonic() - t0
     feedback_pages(report, subs, info)
@@ -266,13 +283,36 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     if lms_ids.exists():
         shutil.copy(lms_ids, out_dir / "lms_ids.csv")
 
-    from .reports import write_reports
+    # ---- export: grades.csv, the LMS files and the plots, for the whole class
+    from .export import export
 
-    write_reports(report, rel.max_points, rel.nb)
+    result = export(assignment, grading, out_dir, rel.nb, spec.lms_column, spec.canvas_id)
+    rows = {row.student_id: row for row in result.rows}
+    for r in report.results:
+        row = rows.get(r.student_id)
+        if row is not None and r.status == "graded":
+            r.pending = row.pending
+            if row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
+                r.note(row.summary(result.auto_max))
     return report
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def _intake_row(r: Result, folder: Path) -> dict:
+    """What the class record keeps of one file of this batch."""
+    lms = {}
+    path = folder / ".lms_ids.csv"
+    if path.exists():
+        with open(path, newline="") as fh:
+            for row in csv.DictReader(fh):
+                if row.get("student_id") == r.student_id:
+                    lms = {k: row.get(k, "") for k in ("lms_id", "name", "email", "login", "section")}
+    named = not r.student_id.startswith("?") and "(duplicate)" not in r.student_id
+    return {"key": r.student_id if named else f"file:{r.file}", "student_id": r.student_id if named else "",
+            "file": r.file, "reason": "" if r.status == "graded" else r.message, "late": r.late,
+            "notes": r.message if r.status == "graded" else "", "lms": lms}
+
 
 def _late_students(folder: Path) -> set[str]:
     path = folder / ".lms_ids.csv"

@@ -79,31 +79,34 @@ def _identify(path: Path, base: Path) -> Entry:
 
 
 def collect(assignment: str, source: Path, out: Path, roster: Path | None = None) -> list[Entry]:
-    """Copy each student's notebook to ``out/<student id>_<assignment>.ipynb``."""
+    """Copy each student's notebook to ``out/<student id>_<assignment>.ipynb``.  Every file
+    gets an Entry saying what became of it; a file that is not a notebook is still matched
+    to its student, so the student's row can say why it was not graded."""
     by_lms = read_roster(roster)
-    out.mkdir(parents=True, exist_ok=True)
     entries: list[Entry] = []
     taken: dict[str, Entry] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        base, files = _files(Path(source), Path(tmp))
+        base, files = _files(Path(source), Path(tmp))  # fails before anything is written
+        out.mkdir(parents=True, exist_ok=True)
         for path in files:
             e = _identify(path, base)
             entries.append(e)
-            if path.suffix.lower() != ".ipynb":
-                e.status = f"not a notebook ({path.suffix or 'no extension'}): not collected"
-                continue
+            notebook = path.suffix.lower() == ".ipynb"
             if e.lms_id:
                 row = by_lms.get(e.lms_id)
                 if row is None and by_lms:
                     e.status = f"unmatched: {e.lms} id {e.lms_id} ({e.name}) is not in the roster"
                     continue
                 e.student_id = (row or {}).get("student_id", "").strip() or f"{e.lms}{e.lms_id}"
-            else:
+            elif notebook:
                 try:
                     e.student_id = student_id_from_name(path, assignment)
                 except ValueError as exc:
                     e.status = f"unmatched: {exc}"
                     continue
+            if not notebook:
+                e.status = f"not a notebook ({path.suffix or 'no extension'}): not collected"
+                continue
             if e.student_id in taken:
                 first = taken[e.student_id]
                 # keep the newest Canvas resubmission (-N suffix sorts later); else the first file
@@ -125,13 +128,26 @@ def collect(assignment: str, source: Path, out: Path, roster: Path | None = None
     with open(out / ".lms_ids.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["student_id", "lms_id", "name", "email", "login", "section", "late"])
+        seen = set()
         for e in entries:
-            if e.target:
+            if e.student_id and e.student_id not in seen and (e.target or not any(
+                    x.target for x in entries if x.student_id == e.student_id)):
+                seen.add(e.student_id)
                 r = rows.get(e.student_id, {})
                 w.writerow([e.student_id, e.lms_id or r.get("lms_id", ""), r.get("name", e.name),
                             r.get("email", ""), r.get("login", ""), r.get("section", ""),
                             "yes" if e.late else ""])
     return entries
+
+
+def read_report(folder: Path) -> list[Entry]:
+    """The entries ``collect`` wrote into ``folder`` (none when it was not made by collect)."""
+    path = Path(folder) / ".collect_report.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return [Entry(r["source"], r["lms"], r["lms_id"], r["name"], r["late"] == "yes", r["student_id"],
+                      r["status"], r["collected_as"]) for r in csv.DictReader(fh)]
 
 
 def summary(entries: list[Entry]) -> str:

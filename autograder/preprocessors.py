@@ -43,6 +43,67 @@ class HideHiddenTests(Preprocessor):
         return cell, resources
 
 
+class FeedbackLabels(Preprocessor):
+    """For feedback: name every graded cell in words (a test by its one-line description, a
+    written answer by its question), mark answers that still wait for a grader, and add up
+    the automatic, hand-graded and pending points for the page's summary."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        from .classbook import graded_cells
+
+        labels = {c.grade_id: c for c in graded_cells(nb)}
+        waiting = self._waiting(resources, [g for g, c in labels.items() if c.kind == "manual"])
+        totals = {"auto": 0.0, "auto_max": 0.0, "manual": 0.0, "manual_max": 0.0, "pending": 0.0}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader")
+            if not meta:
+                continue
+            info = labels.get(meta.get("grade_id"))
+            if meta.get("grade") and info is not None:
+                meta["label"] = info.label
+                points = float(meta.get("points", info.points))
+                score = meta.get("score")
+                if info.kind == "manual":
+                    totals["manual_max"] += points
+                    pending = score is None or meta["grade_id"] in waiting
+                    meta["pending"] = pending
+                    if pending:
+                        totals["pending"] += points
+                    else:
+                        totals["manual"] += float(score)
+                else:
+                    totals["auto_max"] += points
+                    totals["auto"] += float(score or 0.0)
+                    meta["pending"] = False
+            elif meta.get("solution"):
+                meta["label"] = "Your answer"
+        totals["total"] = totals["auto"] + totals["manual"]
+        totals["max"] = totals["auto_max"] + totals["manual_max"]
+        resources["course"] = totals
+        return nb, resources
+
+    @staticmethod
+    def _waiting(resources, grade_ids) -> set:
+        """The answers a person still has to grade (nbgrader reports their score as 0)."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        info = resources.get("nbgrader", {})
+        if not grade_ids or "db_url" not in info:
+            return set()
+        out = set()
+        with Gradebook(info["db_url"]) as gb:
+            for gid in grade_ids:
+                try:
+                    g = gb.find_grade(gid, info["notebook"], info["assignment"], info["student"])
+                except MissingEntry:
+                    continue
+                if g.manual_score is None and (g.auto_score is None or g.needs_manual_grade):
+                    out.add(gid)
+        return out
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML exporter without its final pass through BeautifulSoup.
 

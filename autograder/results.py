@@ -18,6 +18,7 @@ class Result:
     tests: dict = field(default_factory=dict)  # grade_id -> (score, max_score)
     flags: list[str] = field(default_factory=list)
     late: bool = False
+    pending: float = 0.0  # points of written answers that wait for a person
 
     @property
     def percent(self) -> float:

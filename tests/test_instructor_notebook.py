@@ -76,10 +76,11 @@ def test_one_row_per_student_full_marks_and_zero(run):
     _, _, _, rows = run
     assert sorted(rows) == ["s001", "s002", "s003"]  # the PDF is not a submission
     full, untouched, corrupt = rows["s001"], rows["s002"], rows["s003"]
-    assert full["status"] == "graded" and float(full["score"]) == float(full["max_score"]) == MAX_POINTS
-    assert untouched["status"] == "graded" and float(untouched["score"]) == 0
-    assert corrupt["status"] == "error" and float(corrupt["score"]) == 0
-    assert "corrupt notebook" in corrupt["message"]
+    assert full["status"] == "graded" and float(full["total"]) == float(full["max_score"]) == MAX_POINTS
+    assert untouched["status"] == "graded" and float(untouched["total"]) == 0
+    assert corrupt["status"] == "not graded" and float(corrupt["total"]) == 0
+    assert "corrupt notebook" in corrupt["reason"]
+    assert "not a notebook" in full["notes"]  # the PDF Lee Ann handed in beside her notebook
 
 
 def test_feedback_and_lms_exports_are_written(run):
@@ -90,7 +91,8 @@ def test_feedback_and_lms_exports_are_written(run):
     assert "<h1>attention: s003</h1>" in (out / "feedback" / "s003.html").read_text()
     with open(out / "canvas.csv", newline="") as fh:
         canvas = list(csv.DictReader(fh))
-    assert {r["SIS User ID"]: r["attention"] for r in canvas[1:]} == {"s001": "30", "s002": "0", "s003": "0"}
+    column = "Multi-head attention and positional encoding"  # the assignment's title in course.yml
+    assert {r["SIS User ID"]: r[column] for r in canvas[1:]} == {"s001": "30", "s002": "0", "s003": "0"}
     assert canvas[1]["ID"] == "1001"  # the Canvas user id, from the roster
 
 
@@ -120,7 +122,7 @@ def test_summary_plots_and_problems_are_shown(run):
     assert "3 students: 2 graded, 1 not graded (scored 0)" in text
     problems = text.split("Problems:")[1]
     assert "leeann_1001_5004_notes.pdf: not a notebook" in problems
-    assert "s003 (robin_1003_5003_attention.ipynb): error: corrupt notebook" in problems
+    assert "s003 (robin_1003_5003_attention.ipynb): not graded: corrupt notebook" in problems
 
 
 def _fake_colab_run(cell_ids, preamble, tmp_path):
@@ -181,3 +183,19 @@ def test_committed_without_outputs_and_colab_calls_guarded():
                 if "google.colab" in line and "import" in line:
                     assert line.startswith((" ", "\t")), f"{cell.id}: unguarded Colab import: {line.strip()}"
     assert "parameters" in _cell(nb, "parameters").metadata.get("tags", [])
+
+
+def test_grading_settings_come_from_the_course_file():
+    """The notebook reads each assignment's limits and environment from course.yml, as the
+    command line does; it sets no grading environment of its own."""
+    nb = read_nb(NOTEBOOK)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "from autograder.course import load" in code
+    assert "COURSE_PROFILE" not in code and "COURSE_MODEL_SOURCE" not in code
+    assert 'param("CELL_TIMEOUT", "0")' in code and 'param("NOTEBOOK_TIMEOUT", "0")' in code
+
+
+def test_the_setup_report_names_the_assignments_grading_environment(run):
+    nb, *_ = run
+    report = _text(_cell(nb, "sandbox"))
+    assert "attention:  grading environment from course.yml: none" in report

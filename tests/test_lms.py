@@ -80,8 +80,9 @@ def test_grade_reads_an_lms_zip_and_exports_for_the_lms(tmp_path):
     assert r.student_id == "s001" and r.score == 0 and "corrupt notebook" in r.message
     assert "submitted LATE" in r.message
     canvas = _rows(tmp_path / "out" / "canvas.csv")
-    assert canvas[0]["Student"].strip() == "Points Possible" and canvas[0]["attention"] == "30"
-    assert canvas[1]["ID"] == "1001" and canvas[1]["SIS User ID"] == "s001" and canvas[1]["attention"] == "0"
+    column = "Multi-head attention and positional encoding"  # the assignment's title in course.yml
+    assert canvas[0]["Student"].strip() == "Points Possible" and canvas[0][column] == "30"
+    assert canvas[1]["ID"] == "1001" and canvas[1]["SIS User ID"] == "s001" and canvas[1][column] == "0"
     moodle = _rows(tmp_path / "out" / "moodle.csv")
     assert moodle[0]["ID number"] == "s001" and moodle[0]["Email address"] == "lee@uni.example"
     for png in ("histogram.png", "pass_rates.png"):

@@ -1,0 +1,180 @@
+"""A whole class, from the LMS zip back to the LMS gradebook: every student gets a row with a
+reason, exports come from the whole gradebook, hand grading goes into the gradebook and out
+into every export, a broken setup stops before anyone is graded, and the command line says
+what is wrong in one line."""
+from __future__ import annotations
+
+import csv
+import sys
+import threading
+import urllib.parse
+import urllib.request
+import zipfile
+
+import nbformat
+import pytest
+
+from autograder.grade import grade
+from conftest import ROOT, filled_exercise, run
+
+EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
+AETHER_EXERCISE = ROOT / "exercises" / "project_aether" / "project_aether.ipynb"
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def canvas_class(tmp_path_factory):
+    """A Canvas zip: s001 right, s002 untouched, s003 a PDF, s005 a file not on the roster;
+    s004 handed in nothing.  Then s002 hands in again (late batch into the same folder)."""
+    tmp = tmp_path_factory.mktemp("canvas_class")
+    full = nbformat.writes(filled_exercise("attention")).encode()
+    z = tmp / "canvas.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("ann_1001_5001_attention.ipynb", full)
+        zf.writestr("bo_1002_5002_attention.ipynb", EXERCISE.read_bytes())
+        zf.writestr("cy_1003_5003_attention.pdf", b"%PDF-1.4")
+        zf.writestr("zed_1999_5009_attention.ipynb", full)
+    roster = tmp / "roster.csv"
+    roster.write_text("student_id,lms_id,name,email\ns001,1001,Ann A,ann@uni.example\ns002,1002,Bo B,bo@uni.example\n"
+                      "s003,1003,Cy C,cy@uni.example\ns004,1004,Di D,di@uni.example\n")
+    grading, out = tmp / "grading", tmp / "out"
+    first = grade("attention", z, out_dir=out, grading_dir=grading, roster=roster, workers=2)
+    before = {r["student_id"]: r for r in _rows(out / "grades.csv")}
+    late = tmp / "late"
+    late.mkdir()
+    (late / "s002_attention.ipynb").write_bytes(full)
+    second = grade("attention", late, out_dir=out, grading_dir=grading, workers=1)
+    return first, second, before, out, grading
+
+
+def test_every_roster_student_and_every_file_gets_a_row_with_its_reason(canvas_class):
+    first, _, before, out, _ = canvas_class
+    summary = first.table()
+    assert "not a notebook" in summary and "is not in the roster" in summary  # collect's findings, printed
+    assert before["s001"]["status"] == "graded" and before["s001"]["total"] == "30"
+    assert before["s003"]["status"] == "not graded" and "not a notebook" in before["s003"]["reason"]
+    assert before["s004"]["status"] == "no submission" and before["s004"]["total"] == "0"
+    unmatched = [r for sid, r in before.items() if sid.startswith("?")]
+    assert len(unmatched) == 1 and "not in the roster" in unmatched[0]["reason"]
+    assert {"Q1", "Q2", "Q3", "Q4", "auto", "manual", "pending", "total"} <= set(before["s001"])
+
+
+def test_a_late_batch_changes_only_its_own_rows(canvas_class):
+    _, second, before, out, _ = canvas_class
+    after = {r["student_id"]: r for r in _rows(out / "grades.csv")}
+    assert [r.student_id for r in second.results] == ["s002"]
+    assert before["s002"]["total"] == "0" and after["s002"]["total"] == "30"
+    for sid in set(before) - {"s002"}:
+        assert after[sid] == before[sid], sid
+
+
+def test_lms_files_use_the_columns_the_lms_imports(canvas_class):
+    *_, out, _ = canvas_class
+    canvas = _rows(out / "canvas.csv")
+    column = "Multi-head attention and positional encoding"  # the assignment's title in course.yml
+    assert canvas[0]["Student"].strip() == "Points Possible" and canvas[0][column] == "30"
+    by_id = {r["SIS User ID"]: r for r in canvas[1:]}
+    assert set(by_id) == {"s001", "s002", "s003", "s004"}  # the file nobody could match is not there
+    assert by_id["s001"]["ID"] == "1001" and by_id["s003"][column] == "0" and by_id["s004"][column] == "0"
+    moodle = {r["ID number"]: r for r in _rows(out / "moodle.csv")}
+    assert moodle["s004"]["Email address"] == "di@uni.example"
+    feedback = moodle["s003"][f"Feedback: {column}"]
+    assert "could not be graded" in feedback and "repaired" not in feedback and "cell '" not in feedback
+    assert "No submission" in moodle["s004"][f"Feedback: {column}"]
+
+
+def test_hand_grading_reaches_every_export(tmp_path):
+    """Written answers wait as pending; points and a comment entered on the hand-grading page
+    go into the gradebook; export then shows them in grades.csv, canvas.csv and the feedback."""
+    from autograder.handgrade import HandGrading, make_server
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(filled_exercise("project_aether"), subs / "s1_project_aether.ipynb")
+    (subs / "s2_project_aether.ipynb").write_bytes(AETHER_EXERCISE.read_bytes())
+    grading, out = tmp_path / "grading", tmp_path / "out"
+    report = grade("project_aether", subs, out_dir=out, grading_dir=grading, workers=2)
+    s1 = report.by_student()["s1"]
+    assert s1.score == 22 and s1.pending == 8 and "auto 22/22, 8 points await hand grading" in s1.message
+    row = {r["student_id"]: r for r in _rows(out / "grades.csv")}["s1"]
+    assert (row["auto"], row["manual"], row["pending"], row["total"]) == ("22", "0", "8", "22")
+    assert "awaiting a grader" in (out / "feedback" / "s1.html").read_text()
+    column = "Project Aether: the arithmetic of a large decoder"
+    assert {r["SIS User ID"]: r[column] for r in _rows(out / "canvas.csv")[1:]}["s1"] == ""  # not a 0
+
+    server = make_server(HandGrading("project_aether", grading, ROOT), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        page = urllib.request.urlopen(f"{base}/cell/q3_answer").read().decode()
+        assert "Mark scheme" in page and "s1" in page and "no answer: scored 0" in page  # s2 left it blank
+        for gid, points in (("q1_answer", "2"), ("q3_answer", "3.5"), ("q8_answer", "2")):
+            data = {"token": server.token, "points__s1": points, "comment__s1": f"comment on {gid}"}
+            urllib.request.urlopen(urllib.request.Request(f"{base}/cell/{gid}", data=urllib.parse.urlencode(data).encode()))
+        refused = urllib.parse.urlencode({"token": "forged", "points__s1": "0"}).encode()
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(urllib.request.Request(f"{base}/cell/q1_answer", data=refused))
+        bad = urllib.parse.urlencode({"token": server.token, "points__s1": "9"}).encode()
+        answer = urllib.request.urlopen(urllib.request.Request(f"{base}/cell/q1_answer", data=bad))
+        assert "outside" in urllib.parse.unquote(answer.url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    proc = run([sys.executable, "-m", "autograder", "export", "project_aether", "--grading-dir", str(grading),
+                "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    row = {r["student_id"]: r for r in _rows(out / "grades.csv")}["s1"]
+    assert (row["manual"], row["pending"], row["total"]) == ("7.5", "0", "29.5")
+    assert {r["SIS User ID"]: r[column] for r in _rows(out / "canvas.csv")[1:]}["s1"] == "29.5"
+    page = (out / "feedback" / "s1.html").read_text()
+    assert "comment on q3_answer" in page and "awaiting a grader" not in page and "3.5 / 4.0" in page
+
+
+def test_a_broken_sandbox_stops_the_run_before_anyone_is_graded(tmp_path):
+    """A kernel that cannot start Python (here: 40 MB of address space) is found by the
+    self-test: exit status 2, one line, and no grades written."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "s1_attention.ipynb").write_bytes(EXERCISE.read_bytes())
+    proc = run([sys.executable, "-m", "autograder", "grade", "attention", str(subs), "--memory-mb", "40",
+                "--out", str(tmp_path / "out"), "--grading-dir", str(tmp_path / "g")])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot run Python" in proc.stderr and "no submission was graded" in proc.stderr
+    assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+@pytest.mark.parametrize("command", [["release", "attenton"], ["collect", "attenton", "x.zip", "o"],
+                                     ["grade", "attenton", "x"], ["export", "attenton"],
+                                     ["handgrade", "attenton"]])
+def test_an_unknown_assignment_is_one_line_that_lists_the_names(command, tmp_path):
+    proc = run([sys.executable, "-m", "autograder", *command], )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "unknown assignment 'attenton'" in proc.stderr
+    assert "attention" in proc.stderr.split("are:")[1] and "Traceback" not in proc.stderr
+
+
+def test_empty_input_warns_and_fails(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    z = tmp_path / "empty.zip"
+    zipfile.ZipFile(z, "w").close()
+    for source in (empty, z):
+        proc = run([sys.executable, "-m", "autograder", "grade", "attention", str(source),
+                    "--grading-dir", str(tmp_path / "g")])
+        assert proc.returncode == 1 and "nothing to grade" in proc.stderr, proc.stderr
+    out = tmp_path / "collected"
+    proc = run([sys.executable, "-m", "autograder", "collect", "attention", str(tmp_path / "missing.zip"), str(out)])
+    assert proc.returncode == 2 and not out.exists(), "collect must not create its folder before failing"
+
+
+def test_help_shows_defaults_and_examples():
+    for command in ("grade", "collect", "release", "export", "handgrade"):
+        proc = run([sys.executable, "-m", "autograder", command, "--help"])
+        assert proc.returncode == 0 and "example" in proc.stdout, command
+    grade_help = run([sys.executable, "-m", "autograder", "grade", "--help"]).stdout
+    assert "(default: auto)" in grade_help and "8192" in grade_help and "300" in grade_help
