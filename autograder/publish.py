@@ -1,0 +1,262 @@
+"""Publish the student course: ``python -m autograder publish DIR``.
+
+This repository is the instructor's (solutions, hidden tests, mark schemes, the grader):
+keep it private.  ``publish`` writes, into ``DIR``, what students and readers may see: the
+book, the released exercises, the ``coursekit`` package (with the self-check specs, which hold
+visible tests and the one-line descriptions of hidden tests only), the course data, the book's
+configuration, and a student README, requirements, package metadata, scripts and tests.
+Every link points at the student repository of ``course.yml``.  Push ``DIR`` to that
+repository.
+
+Before writing, it checks that the released exercises and every generated link match the
+course file; after writing, it scans every file for a line of a solution, a hidden test or a
+mark scheme, and refuses the result if it finds one.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+from . import ROOT, SOURCE_DIR
+from .course import Course, load
+from .stamp import readme_table
+
+COPIED = ["book", "exercises", "coursekit", "data", "_config.yml", "_toc.yml", "scripts/env.sh", "scripts/build.sh",
+          "scripts/mathjax.sh", "tests/book_cache.py"]
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "_build", "*.egg-info")
+# student package: coursekit only, with ranges wide enough for what Colab ships
+STUDENT_DEPENDENCIES = ["torch>=2.4", "transformers>=4.56", "datasets>=3.0", "safetensors>=0.4.3",
+                        "numpy>=1.26", "matplotlib>=3.8", "tqdm>=4.66"]
+# what the student tree does not need from requirements.txt (the grader and its tools)
+NOT_FOR_STUDENTS = {"nbgrader", "sqlalchemy", "pyyaml"}
+
+_SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
+_HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+def secret_lines(root: Path = ROOT, min_len: int = 12) -> set[str]:
+    """Lines of solution regions, hidden tests and mark schemes in ``solutions/`` that appear
+    nowhere else in those notebooks (finding one in the student course is a leak)."""
+    secret, public = set(), set()
+    for path in sorted((root / SOURCE_DIR).glob("*/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            src = cell.source
+            regions = _SOLUTION.findall(src) + _HIDDEN.findall(src)
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("solution") and not _SOLUTION.search(src):
+                regions.append(src)  # a whole-cell answer: a mark scheme
+            for region in regions:
+                secret.update(ln.strip() for ln in region.splitlines() if len(ln.strip()) >= min_len)
+            public.update(ln.strip() for ln in _HIDDEN.sub("", _SOLUTION.sub("", src)).splitlines())
+    return secret - public
+
+
+def leaks(tree: Path, secrets: set[str]) -> list[str]:
+    """'file: line' for every secret line found in a text file of ``tree``."""
+    found = []
+    for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
+        if any(part in (".venv", ".git") for part in path.parts):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        lines = {ln.strip() for ln in text.splitlines()}
+        if path.suffix == ".ipynb":  # notebook JSON: a line of a cell is a JSON string
+            try:
+                nb = nbformat.reads(text, as_version=4)
+                lines |= {ln.strip() for c in nb.cells for ln in c.source.splitlines()}
+            except Exception:  # noqa: BLE001 - not a notebook after all
+                pass
+        for line in sorted(secrets & lines):
+            found.append(f"{path.relative_to(tree)}: {line}")
+    return found
+
+
+def student_readme(course: Course) -> str:
+    repo = course.student_repo
+    return textwrap.dedent(f"""\
+        # {course.title}
+
+        An open course on Transformers: a [Jupyter Book](https://jupyterbook.org) whose chapters are
+        executable notebooks, and exercises that check themselves. Everything runs offline on a
+        two-core CPU; on Google Colab, each notebook installs only what the runtime lacks.
+
+        ## Two commands
+
+        On a fresh Linux machine with Python 3.11 or newer and access to the Python package index:
+
+        ```bash
+        bash scripts/build.sh
+        ```
+
+        creates `.venv/`, installs `requirements.txt`, and builds the book with executed pages into
+        `_build/html/` (open `_build/html/index.html`).
+
+        ```bash
+        bash scripts/test.sh
+        ```
+
+        runs the tests (it sets up `.venv/` first if needed): every book page executed with nbval,
+        and checks of the exercises.
+
+        ## Exercises
+
+        <!-- assignments:start -->
+        {{table}}
+        <!-- assignments:end -->
+
+        Open an exercise from its badge, work on a copy (*File → Save a copy in Drive*), run
+        `check("q1")` in any cell to re-run the visible tests of a question, then *File → Download →
+        Download .ipynb* and hand the file in where your course collects it. Hidden tests run when
+        your instructor grades the notebook; each says in one line what it checks.
+
+        ## Layout
+
+        | path | what it is |
+        |---|---|
+        | `book/` | the book's pages |
+        | `exercises/` | the exercises, one notebook each |
+        | `coursekit/` | the small package the notebooks import (`pip install git+{repo.url}`) |
+        | `data/` | the small datasets of the course, with attribution (see `data/README.md`) |
+        """).replace("{table}", readme_table(course))
+
+
+def student_pyproject(course: Course) -> str:
+    deps = ", ".join(f'"{d}"' for d in STUDENT_DEPENDENCIES)
+    return textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools>=64"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "transformers-course"
+        version = "0.1.0"
+        description = "{course.title}: the package the book and the exercises import"
+        requires-python = ">=3.10"
+        # Ranges, not pins: on Colab the runtime's own versions are kept and nothing is installed
+        # when they fit (tests/test_compat.py in the instructor repository checks the lower ends).
+        dependencies = [{deps}]
+
+        [tool.setuptools]
+        packages = ["coursekit", "coursekit.checks"]
+
+        [tool.setuptools.package-data]
+        "coursekit.checks" = ["*.json"]
+
+        [tool.pytest.ini_options]
+        testpaths = ["book", "tests"]
+        addopts = "-p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=900"
+        """)
+
+
+def student_requirements(root: Path) -> str:
+    out = ["# Pinned so that the book builds the same way everywhere (see README)."]
+    for line in (root / "requirements.txt").read_text().splitlines():
+        name = re.split(r"[\s\[=<>!~;#]", line.strip(), maxsplit=1)[0].lower()
+        if line.strip().startswith("#") or not line.strip() or name in NOT_FOR_STUDENTS:
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+STUDENT_TEST = '''\
+"""The published course: links to this repository, exercises as released, nothing of the grader."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_notebook_installs_coursekit_from_this_repository():
+    from coursekit._course import REPO
+
+    for path in sorted(ROOT.glob("book/*.ipynb")) + sorted(ROOT.glob("exercises/*/*.ipynb")):
+        setup = next(c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        assert f"git+https://github.com/{REPO}@" in "".join(setup["source"]), path
+
+
+def test_exercises_are_released_and_clean():
+    for path in sorted(ROOT.glob("exercises/*/*.ipynb")):
+        text = path.read_text()
+        for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "Mark scheme (graders only)"):
+            assert marker not in text, (path, marker)
+        for cell in json.loads(text)["cells"]:
+            assert not cell.get("outputs"), path
+
+
+def test_self_checks_cover_every_exercise():
+    from coursekit.selfcheck import load_spec
+
+    for folder in sorted(p for p in (ROOT / "exercises").iterdir() if p.is_dir()):
+        spec = load_spec(folder.name)
+        assert spec["tests"] and all(t["hidden"] or t["source"] for t in spec["tests"])
+'''
+
+STUDENT_CONFTEST = '''\
+"""Book pages run once: nbval's run of each page goes into the book's execution cache."""
+from book_cache import register
+
+
+def pytest_configure(config):
+    register(config)
+'''
+
+STUDENT_TEST_SH = '''\
+#!/usr/bin/env bash
+# Set up what is needed, then run the tests (book pages with nbval, checks of the exercises).
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+python -m pytest -ra --durations=10 "$@"
+'''
+
+GITIGNORE = ".venv/\n__pycache__/\n*.pyc\n*.egg-info/\n_build/\n.ipynb_checkpoints/\n.jupyter_cache/\n"
+
+
+def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list[Path]:
+    """Write the student course into ``dest`` (which must be empty or absent).  Returns the
+    files written."""
+    from .stamp import check
+
+    course = course or load(root)
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise PublishError(f"{dest} is not empty: publish into a new folder (or an empty clone)")
+    stale = check(root)
+    if stale:
+        raise PublishError("these files do not match course.yml; run `python -m autograder release` first: "
+                           + ", ".join(str(p.relative_to(root)) for p in stale))
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        src = root / name
+        if not src.exists():
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, target, ignore=IGNORED)
+        else:
+            shutil.copy2(src, target)
+    (dest / "README.md").write_text(student_readme(course))
+    (dest / "pyproject.toml").write_text(student_pyproject(course))
+    (dest / "requirements.txt").write_text(student_requirements(root))
+    (dest / ".gitignore").write_text(GITIGNORE)
+    (dest / "scripts" / "test.sh").write_text(STUDENT_TEST_SH)
+    (dest / "tests" / "test_course.py").write_text(STUDENT_TEST)
+    (dest / "tests" / "conftest.py").write_text(STUDENT_CONFTEST)
+    (dest / ".ci").mkdir(exist_ok=True)
+    (dest / ".ci" / "run").write_text("#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")/..\"\n"
+                                      "bash scripts/test.sh\n")
+    found = leaks(dest, secret_lines(root))
+    if found:
+        raise PublishError("the student course would show solutions or hidden tests:\n" + "\n".join(found[:20]))
+    return sorted(p for p in dest.rglob("*") if p.is_file())
