@@ -169,3 +169,56 @@ def test_page_does_not_hand_out_assignment_solutions(page):
     path, nb = page
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert not ASSIGNMENT_NAMES.search(code), path.name
+
+
+# ------------------------------------------------------------------- figures inline
+
+
+class _FakeKernelShell:
+    kernel = object()  # what an IPython shell inside a Jupyter kernel has
+
+    def __init__(self):
+        self.magics = []
+
+    def run_line_magic(self, name, line):
+        self.magics.append((name, line))
+
+
+@pytest.mark.parametrize("backend, in_kernel, switched", [
+    ("agg", True, True),        # MPLBACKEND=Agg inherited by a kernel: figures would vanish
+    ("module://matplotlib_inline.backend_inline", True, False),
+    ("agg", False, False),      # a script or the test process keeps its backend
+])
+def test_set_style_draws_figures_inline_in_kernels(monkeypatch, backend, in_kernel, switched):
+    IPython = pytest.importorskip("IPython")
+    shell = _FakeKernelShell() if in_kernel else None
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(matplotlib, "get_backend", lambda: backend)
+    book._inline_figures_in_kernels()
+    assert (shell.magics if shell else []) == ([("matplotlib", "inline")] if switched else [])
+
+
+# ------------------------------------------------------------- the book's Sphinx extension
+
+
+def test_sphinx_extension_finds_mathjax(monkeypatch, tmp_path):
+    from coursekit import sphinx_book
+
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("COURSE_MATHJAX_DIR", str(tmp_path))
+    assert sphinx_book.find_mathjax() is None  # no entry script there
+    (tmp_path / sphinx_book.ENTRY).write_text("// MathJax")
+    assert sphinx_book.find_mathjax() == tmp_path
+
+
+def test_sphinx_extension_keeps_one_copy_of_each_script():
+    from sphinx.builders.html._assets import _JavaScript
+
+    from coursekit import sphinx_book
+
+    thebe = "const THEBE_JS_URL = 'x'"
+    scripts = [_JavaScript("_static/a.js"), _JavaScript(None, body=thebe), _JavaScript("_static/b.js"),
+               _JavaScript("", body=thebe), _JavaScript("_static/a.js"), _JavaScript(None, body="let y = 1")]
+    context = {"script_files": scripts}
+    sphinx_book._drop_repeated_scripts(None, "page", "page.html", context, None)
+    assert context["script_files"] == [scripts[0], scripts[1], scripts[2], scripts[5]]
