@@ -1,6 +1,9 @@
 """Sphinx extension for the course's book: the built pages work offline and without errors.
 
 * MathJax is served from the built book, so that math is typeset with no network.
+* The executed copy of a page, ``_build/jupyter_execute/<page>.ipynb``, holds its outputs.
+  When a page's outputs come from the execution cache, myst-nb 1.x renders the cached outputs
+  but writes the copy from the unexecuted source; we put the cached outputs back in.
 * A page never gets the same inline script twice. Scripts that extensions add while the
   build runs (sphinx-thebe's configuration, sphinx-togglebutton's selector) reach the page
   twice with Sphinx 7.4, and a second ``const THEBE_JS_URL = ...`` is a JavaScript error
@@ -81,8 +84,28 @@ def _drop_repeated_scripts(app, pagename, templatename, context, doctree) -> Non
     context["script_files"] = unique
 
 
+def _executed_copies_with_outputs(app, exception) -> None:
+    config = getattr(app.env, "mystnb_config", None)
+    if exception is not None or config is None or not config.output_folder:
+        return
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(config.execution_cache_path)
+    for path in Path(config.output_folder).rglob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        if any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"):
+            continue  # executed in this build: written with its outputs
+        try:
+            _, merged = cache.merge_match_into_notebook(nb)
+        except KeyError:  # not in the cache, e.g. a page whose execution failed
+            continue
+        nbformat.write(merged, path)
+
+
 def setup(app):
     app.connect("config-inited", _choose_source)
     app.connect("html-page-context", _drop_repeated_scripts, priority=900)  # after the others added theirs
     app.connect("build-finished", _copy_into_static)
+    app.connect("build-finished", _executed_copies_with_outputs)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -54,3 +54,21 @@ def test_pages_load_nothing_from_a_cdn(built_book):
     assert re.search(r'<script[^>]+src="\.\./_static/mathjax/tex-mml-chtml\.js', text), \
         "MathJax is not served from _static (is it installed? scripts/env.sh installs it with npm)"
     assert (built_book / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+
+
+LONG_OUTPUT = 30  # lines of printed text beyond which a reader should not have to scroll past them
+FOLDED = {"hide-output", "output_scroll", "remove-output"}
+
+
+def test_long_outputs_are_folded(page):
+    source = {c.id: c for c in read(page).cells}
+    for cell in executed(page, BUILD).cells:
+        if cell.cell_type != "code":
+            continue
+        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        text += "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs
+                        if o.output_type in ("execute_result", "display_data") and "text/html" not in o.get("data", {}))
+        if text.count("\n") > LONG_OUTPUT:
+            tags = set(source[cell.id].metadata.get("tags", []))
+            assert tags & FOLDED, (f"{page.name}, cell {cell.id}: {text.count(chr(10))} lines of output; "
+                                   f"tag the cell hide-output or output_scroll")

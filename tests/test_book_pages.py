@@ -147,6 +147,46 @@ def test_page_starts_with_title_then_setup_cell(page):
     assert first_code.source.strip() == setup_cell_source(), f"{path.name}: first code cell"
 
 
+def test_setup_cell_input_is_folded_away(page):
+    # readers of the book see its one line of output, not the pip-install code
+    path, nb = page
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "hide-input" in first_code.metadata.get("tags", []), f"{path.name}: setup cell not tagged hide-input"
+
+
+def test_page_shows_source_code_highlighted(page):
+    # inspect.getsource printed as a string is plain, unhighlighted text: use book.show_source
+    path, nb = page
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert not re.search(r"print\(\s*inspect\.getsource", code), path.name
+
+
+LECTURE_NOTES = re.compile(r"\b(Definition|Remark|Exercise|Example|Alert) 10\.\d+|lecture notes'|\bof the notes\b|"
+                           r"\bin the notes\b|source material")
+CITE_ROLE = re.compile(r"\{cite(?::[pt])?\}`([^`]+)`")
+
+
+def bib_keys() -> set[str]:
+    return set(re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(), flags=re.M))
+
+
+def test_pages_are_self_contained_and_cite_papers(page):
+    # an open book's readers do not have the course's lecture notes; they get the papers
+    path, nb = page
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert not LECTURE_NOTES.search(prose), f"{path.name} refers to the lecture notes: {LECTURE_NOTES.search(prose)[0]!r}"
+    cited = {k.strip() for group in CITE_ROLE.findall(prose) for k in group.split(",")}
+    assert cited, f"{path.name} cites no paper ({{cite:p}}`key`, listed on book/references.md)"
+    assert cited <= bib_keys(), f"{path.name} cites keys missing from book/references.bib: {sorted(cited - bib_keys())}"
+
+
+def test_references_page_lists_the_bibliography():
+    page = (ROOT / "book" / "references.md").read_text()
+    assert "```{bibliography}" in page
+    assert {"vaswani2017attention", "devlin2019bert", "radford2018gpt", "radford2019gpt2", "brown2020gpt3",
+            "liu2019roberta", "hu2022lora", "dosovitskiy2021vit", "ouyang2022instructgpt"} <= bib_keys()
+
+
 def test_page_plots(page):
     path, nb = page
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
