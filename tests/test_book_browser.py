@@ -43,6 +43,7 @@ pytestmark = pytest.mark.skipif(
 SHOTS = ROOT / "_build" / "screenshots"
 WIDTH, HEIGHT = 1280, 900
 TILE = 3000  # pixels of page per screenshot tile
+HEADER = 120  # the sticky top bar and a margin
 TIMEOUT = 60  # seconds for one page to load and typeset
 
 
@@ -194,11 +195,17 @@ def _whole_page_png(tools, session, height: int) -> bytes:
     tools.send("Emulation.setDeviceMetricsOverride",
                {"width": WIDTH, "height": TILE, "deviceScaleFactor": 1, "mobile": False}, session=session)
     try:
-        for y in range(0, height, TILE):
+        # tiles overlap by HEADER pixels, which are cut from every tile but the first: the
+        # page's sticky top bar would otherwise cover a strip of content at each seam
+        for y in range(0, height, TILE - HEADER):
             top = tools.send("Runtime.evaluate", {"expression": f"window.scrollTo(0, {y}); window.scrollY",
                                                   "returnByValue": True}, session=session)["result"]["value"]
-            shot = tools.send("Page.captureScreenshot", {"format": "png"}, session=session)
-            page.paste(Image.open(io.BytesIO(base64.b64decode(shot["data"]))), (0, int(top)))
+            shot = Image.open(io.BytesIO(base64.b64decode(
+                tools.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"])))
+            cut = 0 if top == 0 else HEADER
+            page.paste(shot.crop((0, cut, WIDTH, shot.height)), (0, int(top) + cut))
+            if top + TILE >= height:
+                break
     finally:
         tools.send("Emulation.clearDeviceMetricsOverride", session=session)
     out = io.BytesIO()
