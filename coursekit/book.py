@@ -21,7 +21,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
-__all__ = ["glue", "heatmap", "fit_loglog_slope", "set_style"]
+__all__ = ["glue", "heatmap", "fit_loglog_slope", "set_style", "show_source"]
 
 
 def _plain(value: Any) -> Any:
@@ -60,10 +60,42 @@ def glue(name: str, value: Any, fmt: str | None = None) -> None:
         _myst_glue(name, value, display=False)
 
 
+def _inline_figures_in_kernels() -> None:
+    """Inside a Jupyter kernel, draw figures inline even if the environment named a
+    non-interactive backend (``MPLBACKEND=Agg``): there ``plt.show()`` shows nothing, and a
+    page executed that way would reach the built book without its figures."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: nothing to display into
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):  # a terminal IPython keeps its backend
+        return
+    import matplotlib
+
+    if matplotlib.get_backend().lower() == "agg":
+        shell.run_line_magic("matplotlib", "inline")
+
+
+def show_source(*objects):
+    """The source code of functions or classes, shown as highlighted code.
+
+    Returns an IPython ``Code`` object: the last line of a cell displays it with syntax
+    colours in the book, in JupyterLab and on Colab (a printed ``inspect.getsource`` string
+    is plain, unhighlighted text).  The code shown is the code that runs.
+    """
+    import inspect
+
+    from IPython.display import Code
+
+    return Code("\n\n\n".join(inspect.getsource(obj).rstrip() for obj in objects), language="python")
+
+
 def set_style() -> None:
-    """One look for every page: readable sizes, light grid, tight layout."""
+    """One look for every page: readable sizes, light grid, tight layout; figures inline."""
     import matplotlib as mpl
 
+    _inline_figures_in_kernels()
     mpl.rcParams.update({
         "figure.figsize": (6.4, 4.0),
         "figure.dpi": 100,

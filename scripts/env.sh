@@ -43,6 +43,34 @@ if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-ge
     >/dev/null 2>&1 || echo "   could not install bubblewrap: grading will warn and run without a sandbox"
 fi
 
-# Offline by default here: the hub is reached only where a notebook asks for it.
-export MPLBACKEND="${MPLBACKEND:-Agg}"
+# Debian's chromium opens the built pages in the browser test (tests/test_book_browser.py);
+# installed where we can (root + apt), else that test is skipped with a message.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing chromium (the browser test of the built book)"
+  { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
+    >/dev/null 2>&1 || echo "   could not install chromium: the browser test will be skipped"
+fi
+
+# MathJax is served from the built book itself, so that math is typeset with no network
+# (coursekit/sphinx_book.py copies it into _build/html/_static). It comes from the npm
+# registry, pinned, into the virtual environment: nothing fetched lands in the repository.
+MATHJAX_VERSION=3.2.2
+MATHJAX_PREFIX="$VENV/share/mathjax"
+if ! grep -qs "\"version\": \"$MATHJAX_VERSION\"" "$MATHJAX_PREFIX/node_modules/mathjax/package.json"; then
+  if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing npm (to fetch MathJax for the book)"
+    { apt-get install -y -q npm || { apt-get update -q && apt-get install -y -q npm; }; } >/dev/null 2>&1 || true
+  fi
+  echo "== installing MathJax $MATHJAX_VERSION into $MATHJAX_PREFIX"
+  if ! { command -v npm >/dev/null 2>&1 &&
+         npm install --prefix "$MATHJAX_PREFIX" --no-audit --no-fund --silent "mathjax@$MATHJAX_VERSION" >/dev/null 2>&1; }; then
+    echo "   could not install MathJax with npm: the book will load it from a CDN (no math offline)"
+  fi
+fi
+
+# Book pages draw their figures inline. A kernel that inherits a non-interactive backend
+# (MPLBACKEND=Agg) runs plt.show() without showing anything, and the built book then has no
+# figure at all; the processes that need Agg choose it themselves (autograder/reports.py,
+# tests/test_book_pages.py), and without a display matplotlib falls back to it anyway.
+unset MPLBACKEND
 export PYTHONHASHSEED=0

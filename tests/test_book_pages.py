@@ -147,6 +147,46 @@ def test_page_starts_with_title_then_setup_cell(page):
     assert first_code.source.strip() == setup_cell_source(), f"{path.name}: first code cell"
 
 
+def test_setup_cell_input_is_folded_away(page):
+    # readers of the book see its one line of output, not the pip-install code
+    path, nb = page
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "hide-input" in first_code.metadata.get("tags", []), f"{path.name}: setup cell not tagged hide-input"
+
+
+def test_page_shows_source_code_highlighted(page):
+    # inspect.getsource printed as a string is plain, unhighlighted text: use book.show_source
+    path, nb = page
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert not re.search(r"print\(\s*inspect\.getsource", code), path.name
+
+
+LECTURE_NOTES = re.compile(r"\b(Definition|Remark|Exercise|Example|Alert) 10\.\d+|lecture notes'|\bof the notes\b|"
+                           r"\bin the notes\b|source material")
+CITE_ROLE = re.compile(r"\{cite(?::[pt])?\}`([^`]+)`")
+
+
+def bib_keys() -> set[str]:
+    return set(re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(), flags=re.M))
+
+
+def test_pages_are_self_contained_and_cite_papers(page):
+    # an open book's readers do not have the course's lecture notes; they get the papers
+    path, nb = page
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert not LECTURE_NOTES.search(prose), f"{path.name} refers to the lecture notes: {LECTURE_NOTES.search(prose)[0]!r}"
+    cited = {k.strip() for group in CITE_ROLE.findall(prose) for k in group.split(",")}
+    assert cited, f"{path.name} cites no paper ({{cite:p}}`key`, listed on book/references.md)"
+    assert cited <= bib_keys(), f"{path.name} cites keys missing from book/references.bib: {sorted(cited - bib_keys())}"
+
+
+def test_references_page_lists_the_bibliography():
+    page = (ROOT / "book" / "references.md").read_text()
+    assert "```{bibliography}" in page
+    assert {"vaswani2017attention", "devlin2019bert", "radford2018gpt", "radford2019gpt2", "brown2020gpt3",
+            "liu2019roberta", "hu2022lora", "dosovitskiy2021vit", "ouyang2022instructgpt"} <= bib_keys()
+
+
 def test_page_plots(page):
     path, nb = page
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
@@ -169,3 +209,56 @@ def test_page_does_not_hand_out_assignment_solutions(page):
     path, nb = page
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert not ASSIGNMENT_NAMES.search(code), path.name
+
+
+# ------------------------------------------------------------------- figures inline
+
+
+class _FakeKernelShell:
+    kernel = object()  # what an IPython shell inside a Jupyter kernel has
+
+    def __init__(self):
+        self.magics = []
+
+    def run_line_magic(self, name, line):
+        self.magics.append((name, line))
+
+
+@pytest.mark.parametrize("backend, in_kernel, switched", [
+    ("agg", True, True),        # MPLBACKEND=Agg inherited by a kernel: figures would vanish
+    ("module://matplotlib_inline.backend_inline", True, False),
+    ("agg", False, False),      # a script or the test process keeps its backend
+])
+def test_set_style_draws_figures_inline_in_kernels(monkeypatch, backend, in_kernel, switched):
+    IPython = pytest.importorskip("IPython")
+    shell = _FakeKernelShell() if in_kernel else None
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(matplotlib, "get_backend", lambda: backend)
+    book._inline_figures_in_kernels()
+    assert (shell.magics if shell else []) == ([("matplotlib", "inline")] if switched else [])
+
+
+# ------------------------------------------------------------- the book's Sphinx extension
+
+
+def test_sphinx_extension_finds_mathjax(monkeypatch, tmp_path):
+    from coursekit import sphinx_book
+
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("COURSE_MATHJAX_DIR", str(tmp_path))
+    assert sphinx_book.find_mathjax() is None  # no entry script there
+    (tmp_path / sphinx_book.ENTRY).write_text("// MathJax")
+    assert sphinx_book.find_mathjax() == tmp_path
+
+
+def test_sphinx_extension_keeps_one_copy_of_each_script():
+    from sphinx.builders.html._assets import _JavaScript
+
+    from coursekit import sphinx_book
+
+    thebe = "const THEBE_JS_URL = 'x'"
+    scripts = [_JavaScript("_static/a.js"), _JavaScript(None, body=thebe), _JavaScript("_static/b.js"),
+               _JavaScript("", body=thebe), _JavaScript("_static/a.js"), _JavaScript(None, body="let y = 1")]
+    context = {"script_files": scripts}
+    sphinx_book._drop_repeated_scripts(None, "page", "page.html", context, None)
+    assert context["script_files"] == [scripts[0], scripts[1], scripts[2], scripts[5]]

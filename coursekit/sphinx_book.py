@@ -1,0 +1,111 @@
+"""Sphinx extension for the course's book: the built pages work offline and without errors.
+
+* MathJax is served from the built book, so that math is typeset with no network.
+* The executed copy of a page, ``_build/jupyter_execute/<page>.ipynb``, holds its outputs.
+  When a page's outputs come from the execution cache, myst-nb 1.x renders the cached outputs
+  but writes the copy from the unexecuted source; we put the cached outputs back in.
+* A page never gets the same inline script twice. Scripts that extensions add while the
+  build runs (sphinx-thebe's configuration, sphinx-togglebutton's selector) reach the page
+  twice with Sphinx 7.4, and a second ``const THEBE_JS_URL = ...`` is a JavaScript error
+  on every page.
+
+MathJax
+-------
+
+``_config.yml`` points ``mathjax_path`` at ``mathjax/tex-mml-chtml.js``, which Sphinx reads
+relative to the build's ``_static`` folder; this extension copies MathJax there at the end
+of every HTML build.  MathJax itself is not in the repository: ``scripts/env.sh`` installs
+the npm package ``mathjax`` (pinned) into the virtual environment, under
+``<venv>/share/mathjax``; ``COURSE_MATHJAX_DIR`` may name another copy of its ``es5`` folder.
+
+Where no copy is found the pages load MathJax from its CDN, as Sphinx does by default, and
+the build says so: math then needs the network.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ENTRY = "tex-mml-chtml.js"  # the combined component Sphinx loads by default (TeX and MathML in, HTML out)
+CDN = f"https://cdn.jsdelivr.net/npm/mathjax@3/es5/{ENTRY}"
+# What a page can need at run time besides the entry script: TeX extensions and fonts are
+# loaded on demand, the menu and the accessibility parts when a reader turns them on.
+PARTS = [ENTRY, "input", "output", "ui", "a11y", "adaptors", "sre"]
+
+
+def find_mathjax() -> Path | None:
+    """The ``es5`` folder of an installed MathJax 3, or None."""
+    candidates = [os.environ.get("COURSE_MATHJAX_DIR", ""),
+                  str(Path(sys.prefix) / "share" / "mathjax" / "node_modules" / "mathjax" / "es5")]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / ENTRY).is_file():
+            return Path(candidate)
+    return None
+
+
+def _choose_source(app, config) -> None:
+    from sphinx.util import logging
+
+    app.course_mathjax_es5 = find_mathjax()  # read again when the build has finished
+    if app.course_mathjax_es5 is None:
+        logging.getLogger(__name__).info(
+            "MathJax is not installed (scripts/env.sh installs it with npm): the pages load it "
+            "from a CDN and show raw TeX without a network")
+        config.mathjax_path = CDN
+
+
+def _copy_into_static(app, exception) -> None:
+    es5 = getattr(app, "course_mathjax_es5", None)
+    if exception is not None or es5 is None or app.builder.format != "html":
+        return
+    dest = Path(app.outdir) / "_static" / Path(app.config.mathjax_path).parent
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in PARTS:
+        src = es5 / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part, dirs_exist_ok=True)
+        elif src.is_file():
+            shutil.copy2(src, dest / part)
+
+
+def _drop_repeated_scripts(app, pagename, templatename, context, doctree) -> None:
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, unique = set(), []
+    for script in scripts:
+        filename = getattr(script, "filename", script) or ""  # None and "" both mean inline
+        key = (str(filename), tuple(sorted(getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
+def _executed_copies_with_outputs(app, exception) -> None:
+    config = getattr(app.env, "mystnb_config", None)
+    if exception is not None or config is None or not config.output_folder:
+        return
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(config.execution_cache_path)
+    for path in Path(config.output_folder).rglob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        if any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"):
+            continue  # executed in this build: written with its outputs
+        try:
+            _, merged = cache.merge_match_into_notebook(nb)
+        except KeyError:  # not in the cache, e.g. a page whose execution failed
+            continue
+        nbformat.write(merged, path)
+
+
+def setup(app):
+    app.connect("config-inited", _choose_source)
+    app.connect("html-page-context", _drop_repeated_scripts, priority=900)  # after the others added theirs
+    app.connect("build-finished", _copy_into_static)
+    app.connect("build-finished", _executed_copies_with_outputs)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

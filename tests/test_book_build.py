@@ -1,0 +1,77 @@
+"""The built book as files: executed pages hold their figures, the HTML shows them, math and
+everything else comes from the build itself (no CDN), long outputs are collapsed.
+
+The browser test (test_book_browser.py) then looks at the same pages in Chromium.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bookcheck import PAGES, ROOT, executed, figures_by_cell, images_in_outputs, read
+
+BUILD = ROOT / "_build"
+
+
+@pytest.fixture(params=PAGES, ids=[p.name for p in PAGES])
+def page(request, built_book):
+    return request.param
+
+
+def test_every_page_makes_figures():
+    # the checks below compare against these counts: a page whose figures are not counted
+    # here would pass them trivially
+    for path in PAGES:
+        assert sum(figures_by_cell(read(path)).values()) > 0, f"{path.name} makes no figure"
+
+
+def test_executed_page_holds_an_image_for_every_figure(page):
+    run = {c.id: c for c in executed(page, BUILD).cells if c.cell_type == "code"}
+    for cell_id, want in figures_by_cell(read(page)).items():
+        got = images_in_outputs(run[cell_id])
+        assert got >= want, (f"{page.name}, cell {cell_id}: makes {want} figure(s) but its executed "
+                             f"outputs hold {got} image(s); does the kernel inherit MPLBACKEND=Agg?")
+
+
+def test_built_html_shows_every_figure(page, built_book):
+    html = (built_book / "book" / f"{page.stem}.html").read_text()
+    images = re.findall(r'<img[^>]+src="(\.\./_images/[^"]+)"', html)
+    want = sum(figures_by_cell(read(page)).values())
+    assert len(images) >= want, f"{page.name}: {len(images)} figure images in the HTML, {want} made"
+    for src in images:
+        assert (built_book / "book" / src).resolve().is_file(), f"{page.name}: {src} missing"
+
+
+def test_pages_load_nothing_from_a_cdn(built_book):
+    # scripts, styles and fonts that a page loads: all from the build, so the book works offline
+    loads = re.compile(r'<(?:script|link)\b[^>]*(?:src|href)="(https?://[^"]+)"')
+    for html in sorted((built_book / "book").glob("*.html")):
+        remote = [u for u in loads.findall(html.read_text()) if not u.startswith(
+            ("https://github.com/", "https://colab.research.google.com/"))]
+        assert not remote, f"{html.name} loads {remote}"
+    text = (built_book / "book" / f"{PAGES[0].stem}.html").read_text()
+    assert re.search(r'<script[^>]+src="\.\./_static/mathjax/tex-mml-chtml\.js', text), \
+        "MathJax is not served from _static (is it installed? scripts/env.sh installs it with npm)"
+    assert (built_book / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+
+
+LONG_OUTPUT = 30  # lines of printed text beyond which a reader should not have to scroll past them
+FOLDED = {"hide-output", "output_scroll", "remove-output"}
+
+
+def test_long_outputs_are_folded(page):
+    source = {c.id: c for c in read(page).cells}
+    for cell in executed(page, BUILD).cells:
+        if cell.cell_type != "code":
+            continue
+        streams = [o.get("text", "") for o in cell.outputs if o.output_type == "stream"]
+        text = "".join(streams)
+        if len(streams) > 1 and streams[0].endswith("".join(streams[1:])):
+            text = streams[0]  # a page the build executed: myst-nb put the merged text in the first stream
+        text += "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs
+                        if o.output_type in ("execute_result", "display_data") and "text/html" not in o.get("data", {}))
+        if text.count("\n") > LONG_OUTPUT:
+            tags = set(source[cell.id].metadata.get("tags", []))
+            assert tags & FOLDED, (f"{page.name}, cell {cell.id}: {text.count(chr(10))} lines of output; "
+                                   f"tag the cell hide-output or output_scroll")
