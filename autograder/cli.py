@@ -1,4 +1,4 @@
-"""Command line: ``python -m autograder {release,collect,grade,handgrade,export} ...``."""
+"""Command line: ``python -m autograder {release,collect,grade,handgrade,export,publish} ...``."""
 from __future__ import annotations
 
 import argparse
@@ -142,6 +142,18 @@ def _cmd_handgrade(args) -> int:
     return 0
 
 
+def _cmd_publish(args) -> int:
+    from .publish import PublishError, publish
+
+    try:
+        files = publish(Path(args.dest))
+    except PublishError as exc:
+        raise CliError(str(exc)) from None
+    print(f"published the student course into {args.dest}: {len(files)} files, no solution or hidden test in "
+          f"them.\nPush that folder to the student repository; keep this one private.")
+    return 0
+
+
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Shows each option's default (unless its help already says it) and keeps the examples' layout."""
 
@@ -216,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback pages")
     p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("publish", formatter_class=_Help,
+                       help="write the student course (book, exercises, coursekit, data; no solutions) into DEST",
+                       epilog="example: python -m autograder publish ../course-student && "
+                              "cd ../course-student && bash scripts/build.sh")
+    p.add_argument("dest", help="an empty folder (or a fresh clone of the student repository)")
+    p.set_defaults(func=_cmd_publish)
 
     args = parser.parse_args(argv)
     try:

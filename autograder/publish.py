@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -26,7 +27,8 @@ from .course import Course, load
 from .stamp import readme_table
 
 COPIED = ["book", "exercises", "coursekit", "data", "_config.yml", "_toc.yml", "scripts/env.sh", "scripts/build.sh",
-          "scripts/mathjax.sh", "tests/book_cache.py"]
+          "tests/book_cache.py"]
+_INSTRUCTOR_ONLY = re.compile(r"# >>> instructor only.*?# <<< instructor only\n", re.S)
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "_build", "*.egg-info")
 # student package: coursekit only, with ranges wide enough for what Colab ships
 STUDENT_DEPENDENCIES = ["torch>=2.4", "transformers>=4.56", "datasets>=3.0", "safetensors>=0.4.3",
@@ -42,25 +44,73 @@ class PublishError(RuntimeError):
     pass
 
 
-def secret_lines(root: Path = ROOT, min_len: int = 12) -> set[str]:
-    """Lines of solution regions, hidden tests and mark schemes in ``solutions/`` that appear
-    nowhere else in those notebooks (finding one in the student course is a leak)."""
-    secret, public = set(), set()
+@dataclass
+class Secrets:
+    """What must not reach students: every line of a hidden test or a mark scheme (they are
+    distinctive), and every run of three consecutive lines of a solution (single lines such as
+    ``loss.backward()`` also appear, rightly, in the book)."""
+
+    lines: set[str]
+    windows: set[tuple[str, ...]]
+
+
+WINDOW = 3
+
+
+def _norm(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def secrets(root: Path = ROOT, min_len: int = 12) -> Secrets:
+    lines, public, windows = set(), set(), set()
     for path in sorted((root / SOURCE_DIR).glob("*/*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             src = cell.source
-            regions = _SOLUTION.findall(src) + _HIDDEN.findall(src)
             meta = cell.metadata.get("nbgrader", {})
-            if meta.get("solution") and not _SOLUTION.search(src):
-                regions.append(src)  # a whole-cell answer: a mark scheme
-            for region in regions:
-                secret.update(ln.strip() for ln in region.splitlines() if len(ln.strip()) >= min_len)
-            public.update(ln.strip() for ln in _HIDDEN.sub("", _SOLUTION.sub("", src)).splitlines())
-    return secret - public
+            hidden = _HIDDEN.findall(src)
+            whole = meta.get("solution") and not _SOLUTION.search(src)
+            if whole:
+                hidden.append(src)  # a whole-cell answer: a mark scheme
+            for region in hidden:
+                lines.update(ln for ln in _norm(region) if len(ln) >= min_len)
+            for region in _SOLUTION.findall(src):
+                code = [ln for ln in _norm(region) if not ln.startswith("#")]
+                windows.update(tuple(code[i:i + WINDOW]) for i in range(len(code) - WINDOW + 1))
+            if not whole:
+                public.update(_norm(_HIDDEN.sub("", _SOLUTION.sub("", src))))
+    return Secrets(lines - public, windows)
 
 
-def leaks(tree: Path, secrets: set[str]) -> list[str]:
-    """'file: line' for every secret line found in a text file of ``tree``."""
+def _file_lines(path: Path, text: str) -> list[list[str]]:
+    """The file's lines (for a notebook: each cell's), normalised, in runs to scan."""
+    runs = [_norm(text)]
+    if path.suffix == ".ipynb":  # notebook JSON: a line of a cell is a JSON string
+        try:
+            nb = nbformat.reads(text, as_version=4)
+            runs += [_norm(c.source) for c in nb.cells]
+        except Exception:  # noqa: BLE001 - not a notebook after all
+            pass
+    if path.suffix == ".json":  # the self-check specs: visible test code as JSON strings
+        import json
+
+        try:
+            def strings(v):
+                if isinstance(v, str):
+                    yield v
+                elif isinstance(v, dict):
+                    for x in v.values():
+                        yield from strings(x)
+                elif isinstance(v, list):
+                    for x in v:
+                        yield from strings(x)
+            runs += [_norm(x) for x in strings(json.loads(text))]
+        except ValueError:
+            pass
+    return runs
+
+
+def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
+    """'file: line' for every secret found in a text file of ``tree``."""
     found = []
     for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
         if any(part in (".venv", ".git") for part in path.parts):
@@ -69,16 +119,14 @@ def leaks(tree: Path, secrets: set[str]) -> list[str]:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        lines = {ln.strip() for ln in text.splitlines()}
-        if path.suffix == ".ipynb":  # notebook JSON: a line of a cell is a JSON string
-            try:
-                nb = nbformat.reads(text, as_version=4)
-                lines |= {ln.strip() for c in nb.cells for ln in c.source.splitlines()}
-            except Exception:  # noqa: BLE001 - not a notebook after all
-                pass
-        for line in sorted(secrets & lines):
-            found.append(f"{path.relative_to(tree)}: {line}")
-    return found
+        for run in _file_lines(path, text):
+            for line in sorted(found_secrets.lines & set(run)):
+                found.append(f"{path.relative_to(tree)}: {line}")
+            code = [ln for ln in run if not ln.startswith("#")]
+            for i in range(len(code) - WINDOW + 1):
+                if tuple(code[i:i + WINDOW]) in found_secrets.windows:
+                    found.append(f"{path.relative_to(tree)}: " + " / ".join(code[i:i + WINDOW]))
+    return sorted(set(found))
 
 
 def student_readme(course: Course) -> str:
@@ -246,6 +294,8 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
             shutil.copytree(src, target, ignore=IGNORED)
         else:
             shutil.copy2(src, target)
+    env_sh = dest / "scripts" / "env.sh"
+    env_sh.write_text(_INSTRUCTOR_ONLY.sub("", env_sh.read_text()))
     (dest / "README.md").write_text(student_readme(course))
     (dest / "pyproject.toml").write_text(student_pyproject(course))
     (dest / "requirements.txt").write_text(student_requirements(root))
@@ -256,7 +306,7 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
     (dest / ".ci").mkdir(exist_ok=True)
     (dest / ".ci" / "run").write_text("#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")/..\"\n"
                                       "bash scripts/test.sh\n")
-    found = leaks(dest, secret_lines(root))
+    found = leaks(dest, secrets(root))
     if found:
         raise PublishError("the student course would show solutions or hidden tests:\n" + "\n".join(found[:20]))
     return sorted(p for p in dest.rglob("*") if p.is_file())

@@ -96,6 +96,10 @@ def release(names: list[str] | None = None, out_dir: Path | None = None,
     (default: coursekit/checks/, or out_dir/.checks when out_dir is given).
     Returns the files written."""
     names = names or assignments(root)
+    if out_dir is None:  # the real release: first every setup cell, link and table from course.yml
+        from .stamp import stamp
+
+        stamp(root)
     if checks_dir is None:
         checks_dir = Path(out_dir) / ".checks" if out_dir else root / "coursekit" / "checks"
     out_dir = Path(out_dir) if out_dir else root / RELEASE_DIR

@@ -18,11 +18,12 @@ from pathlib import Path
 __all__ = ["REPO", "REPO_URL", "get_device", "seed_everything", "setup_notebook",
            "repo_root", "on_colab"]
 
-# The GitHub repository that Colab links, the book's launch buttons and the
-# notebooks' setup cells point at.  _config.yml repeats it (a test keeps them equal).
-REPO = "transformers-course/transformers-course"
+# The GitHub repository students get the course from (course.yml's student repository;
+# `python -m autograder release` writes coursekit/_course.py, and the notebooks' setup cells,
+# Colab links and the book's launch buttons, from the same file).
+from ._course import BRANCH, REPO
+
 REPO_URL = f"https://github.com/{REPO}"
-BRANCH = "main"
 
 
 def on_colab() -> bool:

@@ -1,4 +1,4 @@
-"""A small GPT that the book (chapter 6) and the assignments share.
+"""A small GPT that the book (chapter 7) and the assignments share.
 
 nanoGPT-style: a config dataclass and four small modules (``CausalSelfAttention``,
 ``MLP``, ``Block``, ``GPT``), a byte-level BPE tokenizer learned from the course's AG News

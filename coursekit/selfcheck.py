@@ -38,9 +38,10 @@ def load_spec(name: str) -> dict:
     path = CHECKS_DIR / f"{name}.json"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in CHECKS_DIR.glob("*.json"))) or "none"
+        from . import REPO_URL
+
         raise ValueError(f"no self-checks for assignment {name!r} (known: {known}); "
-                         "update coursekit: pip install -U git+https://github.com/"
-                         "transformers-course/transformers-course")
+                         f"update coursekit: pip install -U git+{REPO_URL}")
     return json.loads(path.read_text())
 
 

@@ -36,12 +36,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# >>> instructor only (python -m autograder publish leaves this out of the student course)
 # bubblewrap sandboxes student code during grading; install it where we can (root + apt)
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "== installing bubblewrap (the sandbox for grading student code)"
   { apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; } \
     >/dev/null 2>&1 || echo "   could not install bubblewrap: grading will warn and run without a sandbox"
 fi
+# <<< instructor only
 
 # Debian's chromium opens the built pages in the browser test (tests/test_book_browser.py);
 # installed where we can (root + apt), else that test is skipped with a message.
@@ -70,7 +72,7 @@ fi
 
 # Book pages draw their figures inline. A kernel that inherits a non-interactive backend
 # (MPLBACKEND=Agg) runs plt.show() without showing anything, and the built book then has no
-# figure at all; the processes that need Agg choose it themselves (autograder/reports.py,
+# figure at all; the processes that need Agg choose it themselves (autograder/export.py,
 # tests/test_book_pages.py), and without a display matplotlib falls back to it anyway.
 unset MPLBACKEND
 export PYTHONHASHSEED=0

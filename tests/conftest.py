@@ -33,12 +33,14 @@ def secret_lines(nb, min_len: int = 12) -> set[str]:
         src = cell.source
         regions = SOLUTION_RE.findall(src) + HIDDEN_RE.findall(src)
         meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") and not SOLUTION_RE.search(src):
+        whole = meta.get("solution") and not SOLUTION_RE.search(src)
+        if whole:
             regions.append(src)  # a whole-cell answer (e.g. a mark scheme) is secret too
         for region in regions:
             secret.update(ln.strip() for ln in region.splitlines() if len(ln.strip()) >= min_len)
-        rest = HIDDEN_RE.sub("", SOLUTION_RE.sub("", src))
-        public.update(ln.strip() for ln in rest.splitlines())
+        if not whole:
+            rest = HIDDEN_RE.sub("", SOLUTION_RE.sub("", src))
+            public.update(ln.strip() for ln in rest.splitlines())
     return secret - public
 
 
@@ -128,61 +130,7 @@ def built_book():
     return ROOT / "_build" / "html"
 
 
-# ------------------------------------------------------------------------------------------
-# One execution per book page: nbval runs every page (book/ comes first in testpaths); when all
-# cells of a page pass, its outputs go into the book's execution cache, so that the book build
-# of the built_book fixture later in the same session finds the page there instead of running
-# it a second time. A page that failed or was only partly run is not cached, and the build then
-# executes it itself as usual.
-# ------------------------------------------------------------------------------------------
-
-BOOK_CACHE = ROOT / "_build" / ".jupyter_cache"  # execute_notebooks: cache in _config.yml
-
-
-class _BookPagesIntoCache:
-    def __init__(self):
-        self.failed: set[str] = set()
-        self.ran: dict[str, int] = {}
-
-    @staticmethod
-    def _page(item) -> Path | None:
-        if type(item).__name__ != "IPyNbCell":  # nbval's item for one notebook cell
-            return None
-        path = Path(str(item.parent.fspath)).resolve()
-        return path if path.parent == ROOT / "book" else None
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        page = self._page(item)
-        if page is not None and outcome.get_result().failed:
-            self.failed.add(str(page))
-
-    def pytest_runtest_teardown(self, item, nextitem):
-        page = self._page(item)
-        if page is None:
-            return
-        outputs = getattr(item, "test_outputs", None)
-        if outputs is None:
-            self.failed.add(str(page))
-        else:
-            item.cell.outputs = list(outputs)
-            self.ran[str(page)] = self.ran.get(str(page), 0) + 1
-        if nextitem is not None and nextitem.parent is item.parent:
-            return  # more cells of this page to come
-        nb = item.parent.nb
-        n_code = sum(1 for c in nb.cells if c.cell_type == "code")
-        if str(page) in self.failed or self.ran.get(str(page)) != n_code:
-            return
-        try:
-            from jupyter_cache import get_cache
-            from jupyter_cache.base import CacheBundleIn
-
-            get_cache(str(BOOK_CACHE)).cache_notebook_bundle(
-                CacheBundleIn(nb, str(page), data={"source": "nbval"}), check_validity=False, overwrite=True)
-        except Exception as err:  # only an optimisation: the build then executes the page itself
-            print(f"\n(book cache: {page.name} not cached: {err})")
-
-
 def pytest_configure(config):
-    config.pluginmanager.register(_BookPagesIntoCache(), "book-pages-into-cache")
+    from book_cache import register
+
+    register(config)

@@ -1,0 +1,151 @@
+"""One course file, and the published student course: every link follows course.yml, the
+student tree holds nothing of the instructor's, and re-hosting is one edit and one release."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.course import CourseFileError, load, parse
+from autograder.publish import PublishError, leaks, publish, secrets
+from autograder.stamp import check, setup_source
+from conftest import ROOT
+
+COURSE_FILES = ["course.yml", "README.md", "_config.yml", "_toc.yml", "pyproject.toml", "requirements.txt",
+                "nbgrader_config.py"]
+
+
+def test_generated_files_match_the_course_file():
+    """Setup cells, tables, launch buttons and coursekit's repository are what release writes
+    from course.yml (run `python -m autograder release` after editing it)."""
+    assert check(ROOT) == []
+
+
+def test_every_notebook_has_the_one_setup_cell():
+    course = load(ROOT)
+    for a in course.assignments:
+        nb = nbformat.read(ROOT / "solutions" / a.id / a.notebook, as_version=4)
+        assert nb.cells[1].source == setup_source(course, a.id), a.id
+    for page in sorted((ROOT / "book").glob("*.ipynb")):
+        first = next(c for c in nbformat.read(page, as_version=4).cells if c.cell_type == "code")
+        assert first.source == setup_source(course), page.name
+
+
+def test_the_course_file_is_checked_key_by_key():
+    base = {"title": "t", "repositories": {"student": {"name": "a/b"}, "instructor": {"name": "a/c"}},
+            "assignments": {"x": {"title": "X"}}}
+    assert parse(base, ROOT).assignment("x").grading.cell_timeout == 300
+    for broken, needle in [({**base, "extra": 1}, "unknown key 'extra'"),
+                           ({**base, "repositories": {"student": {"name": "nope"}, "instructor": {"name": "a/c"}}},
+                            "owner/name"),
+                           ({**base, "assignments": {"x": {"title": "X", "grading": {"cell_timeout": "slow"}}}},
+                            "cell_timeout must be a int"),
+                           ({**base, "assignments": {"x": {"title": "X", "models": ["gpt5"]}}}, "unknown model")]:
+        with pytest.raises(CourseFileError, match=needle):
+            parse(broken, ROOT)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("student") / "course"
+    files = publish(dest, ROOT)
+    return dest, files
+
+
+def test_the_student_course_holds_what_students_need_and_nothing_else(published):
+    dest, files = published
+    names = {p.relative_to(dest).parts[0] for p in files}
+    assert {"book", "exercises", "coursekit", "data", "README.md", "requirements.txt", "pyproject.toml",
+            "scripts", "tests", "_config.yml", "_toc.yml"} <= names
+    assert not names & {"solutions", "autograder", "instructor", "course.yml", "nbgrader_config.py", "benchmarks",
+                        "docs", "grading"}
+    requirements = (dest / "requirements.txt").read_text().lower()
+    assert "nbgrader" not in requirements and "torch==" in requirements
+    assert "bubblewrap" not in (dest / "scripts" / "env.sh").read_text()
+    meta = (dest / "pyproject.toml").read_text()
+    assert 'packages = ["coursekit", "coursekit.checks"]' in meta and "transformers>=" in meta
+
+
+def test_no_solution_hidden_test_or_mark_scheme_reaches_the_student_course(published):
+    dest, _ = published
+    found = secrets(ROOT)
+    assert len(found.lines) > 300 and len(found.windows) > 100  # the check looks for a lot
+    assert leaks(dest, found) == []
+    # and it would notice: plant one solution, one hidden test and one mark scheme
+    planted = dest.parent / "planted"
+    shutil.copytree(dest, planted)
+    shutil.copy(ROOT / "solutions" / "attention" / "attention.ipynb", planted / "book" / "leak.ipynb")
+    kinds = leaks(planted, found)
+    assert any("def split_heads" in k or "split_heads(" in k for k in kinds)
+    assert any("torch.einsum(\"btc,chd->bhtd\"" in k for k in kinds)  # a hidden test line
+    aether = nbformat.read(ROOT / "solutions" / "project_aether" / "project_aether.ipynb", as_version=4)
+    scheme = next(c.source for c in aether.cells if c.source.startswith("**Mark scheme"))
+    (planted / "coursekit" / "notes.py").write_text('"""' + scheme + '"""\n')
+    assert any(k.startswith("coursekit/notes.py") for k in leaks(planted, found))
+
+
+def test_the_student_course_builds_its_book_and_runs_its_tests(published, tmp_path):
+    """Its book builds (pages come from this checkout's execution cache when they are
+    unchanged) and its own tests pass, with this checkout's packages."""
+    dest, _ = published
+    if (ROOT / "_build" / ".jupyter_cache").is_dir():
+        shutil.copytree(ROOT / "_build" / ".jupyter_cache", dest / "_build" / ".jupyter_cache")
+    jb = Path(sys.executable).parent / "jupyter-book"
+    env = {**__import__("os").environ, "PYTHONPATH": str(dest)}
+    proc = subprocess.run([str(jb), "build", ".", "--keep-going"], cwd=dest, capture_output=True, text=True,
+                          env=env, timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    html = (dest / "_build" / "html" / "book" / "assignments.html").read_text()
+    course = load(ROOT)
+    assert f"github/{course.student_repo.name}/blob/" in html
+    assert leaks(dest / "_build" / "html", secrets(ROOT)) == []
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                           "tests"], cwd=dest, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_publish_refuses_a_folder_in_use(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "something").write_text("")
+    with pytest.raises(PublishError, match="not empty"):
+        publish(tmp_path / "x", ROOT)
+
+
+def test_rehosting_is_one_edit_and_one_release(tmp_path):
+    """A copy of the course moved to other repositories: after `release` and `publish`, no file
+    of either tree names the old repositories, and every badge, setup cell and launch button
+    names the new student repository."""
+    course = load(ROOT)
+    old = [course.student_repo.name, course.instructor_repo.name]
+    copy = tmp_path / "fork"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", "_build", "grading", ".git", "__pycache__",
+                                                              "*.egg-info", ".whl", ".bw", ".gl"))
+    text = (copy / "course.yml").read_text()
+    text = text.replace(f"name: {old[0]},", "name: another-uni/transformers-2027,")
+    text = text.replace(f"name: {old[1]},", "name: another-uni/transformers-2027-private,")
+    (copy / "course.yml").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "release"], cwd=copy, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    student = tmp_path / "student"
+    proc = subprocess.run([sys.executable, "-m", "autograder", "publish", str(student)], cwd=copy,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for tree in (copy, student):
+        for path in tree.rglob("*"):
+            if path.is_file() and path.suffix in (".md", ".ipynb", ".yml", ".py", ".json", ".toml", ".txt", ".sh"):
+                body = path.read_text(errors="replace")
+                for name in old:
+                    assert f"{name}/" not in body and f"{name}@" not in body and f"{name}\n" not in body \
+                        and f"{name})" not in body and f"{name}'" not in body, (path, name)
+    assert "github.com/another-uni/transformers-2027\n" in (copy / "_config.yml").read_text()
+    setup = json.loads((student / "exercises" / "attention" / "attention.ipynb").read_text())["cells"][1]
+    assert "git+https://github.com/another-uni/transformers-2027@main" in "".join(setup["source"])
+    readme = (student / "README.md").read_text()
+    assert "colab.research.google.com/github/another-uni/transformers-2027/blob/main/exercises/attention" in readme
+    assert "another-uni/transformers-2027-private" in (copy / "instructor" / "grade_on_colab.ipynb").read_text()
