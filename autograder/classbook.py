@@ -138,15 +138,18 @@ def read_intake(grading: Path, assignment: str) -> dict[str, dict]:
 
 # ----------------------------------------------------------------------------- the join
 
-def gradebook_rows(db: Path, assignment: str, cells: list[GradedCell]) -> dict[str, ClassRow]:
-    """Every submission of ``assignment`` in the gradebook, as rows."""
+def gradebook_rows(url: str, assignment: str, cells: list[GradedCell]) -> dict[str, ClassRow]:
+    """Every submission of ``assignment`` in the gradebook at ``url``, as rows."""
     from nbgrader.api import Gradebook
+
+    from .gradebook import sqlite_path
 
     kinds = {c.grade_id: c for c in cells}
     rows: dict[str, ClassRow] = {}
-    if not Path(db).exists():
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
         return rows
-    with Gradebook(f"sqlite:///{db}") as gb:
+    with Gradebook(url) as gb:
         try:
             submissions = gb.assignment_submissions(assignment)
         except Exception:  # noqa: BLE001 - no such assignment yet: nobody graded
@@ -185,7 +188,9 @@ def class_rows(grading: Path, assignment: str, released_nb) -> list[ClassRow]:
     matched to anyone, sorted by student id."""
     cells = graded_cells(released_nb)
     max_points = sum(c.points for c in cells)
-    rows = gradebook_rows(Path(grading) / "gradebook.db", assignment, cells)
+    from .gradebook import db_url
+
+    rows = gradebook_rows(db_url(grading), assignment, cells)
     intake = read_intake(grading, assignment)
     roster = read_roster(grading)
     for key, info in intake.items():

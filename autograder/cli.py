@@ -77,7 +77,7 @@ def _cmd_grade(args) -> int:
         report = grade(args.assignment, source, out_dir=args.out, grading_dir=args.grading_dir,
                        cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                        workers=args.workers, use_sandbox=args.sandbox, memory_mb=args.memory_mb,
-                       roster=args.roster)
+                       roster=args.roster, cluster=args.cluster, db_url=args.db_url)
     except (ReleaseError, GradingError) as exc:
         raise CliError(str(exc)) from None
     print(report.table())
@@ -98,15 +98,29 @@ def _cmd_grade(args) -> int:
     return 0
 
 
+def _reachable_gradebook(grading: Path) -> str:
+    """The URL of the folder's gradebook, once a connection to it has worked (else one line)."""
+    from .gradebook import GradebookUnreachable, check_reachable, db_url
+
+    url = db_url(grading)
+    try:
+        check_reachable(url)
+    except GradebookUnreachable as exc:
+        raise CliError(str(exc)) from None
+    return url
+
+
 def _cmd_export(args) -> int:
     from .course import load
     from .export import export
     from .grade import prepare_release
 
     _known([args.assignment])
+    from .gradebook import has_assignment
+
     grading = _grading_dir(args).resolve()
-    if not (grading / "gradebook.db").exists():
-        raise CliError(f"nothing graded yet: no gradebook in {grading}")
+    if not has_assignment(_reachable_gradebook(grading), args.assignment):
+        raise CliError(f"nothing graded yet: {args.assignment} is not in the gradebook of {grading}")
     spec = load(ROOT).assignment(args.assignment)
     rel = prepare_release(args.assignment, grading, ROOT)
     out = Path(args.out) if args.out else grading / "reports" / args.assignment
@@ -125,6 +139,7 @@ def _cmd_handgrade(args) -> int:
     from .handgrade import HandGrading, make_server
 
     _known([args.assignment])
+    _reachable_gradebook(_grading_dir(args).resolve())
     try:
         hg = HandGrading(args.assignment, _grading_dir(args).resolve(), ROOT)
     except FileNotFoundError as exc:
@@ -207,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-mb", type=int, default=None,
                    help="memory limit per kernel (default: course.yml, 8192): its address space, or its data "
                         "segment when the kernels get the GPU")
+    p.add_argument("--cluster", default=None,
+                   help="a Dask scheduler address (tcp://host:8786) or scheduler file: grade on its workers "
+                        "(default: local worker processes)")
+    p.add_argument("--db-url", default=None,
+                   help="the gradebook's database, e.g. postgresql://grader@dbhost/course; recorded in the "
+                        "grading folder for later commands (default: grading/gradebook.db, SQLite)")
     p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default: course.yml, 300)")
     p.add_argument("--notebook-timeout", type=int, default=None,
                    help="seconds per notebook (default: course.yml, 1800)")

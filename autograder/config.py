@@ -22,7 +22,9 @@ def configure(c, root: Path = ROOT, grading_dir: Path | None = None,
     c.CourseDirectory.submitted_directory = str(grading / "submitted")
     c.CourseDirectory.autograded_directory = str(grading / "autograded")
     c.CourseDirectory.feedback_directory = str(grading / "feedback")
-    c.CourseDirectory.db_url = f"sqlite:///{grading / 'gradebook.db'}"
+    from .gradebook import db_url
+
+    c.CourseDirectory.db_url = db_url(grading)  # SQLite beside it, or the database grade --db-url recorded
     # only notebooks travel with an assignment; no checkpoints, caches or data dumps
     c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*"]
 

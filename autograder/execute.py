@@ -17,6 +17,7 @@ import copy
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -62,18 +63,21 @@ class JudgedExecute(NbGraderPreprocessor):
         base.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=base))
         notes: list[str] = []
-        record: dict = {"notes": notes}
+        timings: dict = {}
+        record: dict = {"notes": notes, "timings": timings}
         try:
             copy = scratch / f"{nbg.get('notebook', assignment)}.ipynb"
             nbformat.write(_without_hidden_tests(nb), copy)
             session = KernelSession(self.kernel_name, scratch / "work",
                                     env={**self.kernel_env, "COURSE_DEVICE": self.device},
                                     extra_arguments=self.extra_arguments, ipc=self.ipc, copy=copy)
+            started = time.monotonic()
             try:
                 notes += run_and_judge(nb, session, self._context_sources(nb, assignment), self.device,
-                                       self.timeout, self.notebook_timeout, self.max_restarts)
+                                       self.timeout, self.notebook_timeout, self.max_restarts, timings)
             finally:
                 session.stop()
+                timings["total"] = time.monotonic() - started
         except Exception as exc:
             record["error"] = f"{type(exc).__name__}: {exc}"[:500]
             raise

@@ -202,8 +202,10 @@ def regenerate_feedback(assignment: str, grading: Path, feedback_dir: Path, stud
     root = root or ROOT
     if not students:
         return
+    from .gradebook import db_url
+
     cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force",
-           f"--CourseDirectory.db_url=sqlite:///{grading / 'gradebook.db'}",
+           f"--CourseDirectory.db_url={db_url(grading)}",
            f"--CourseDirectory.submitted_directory={grading / 'submitted'}",
            f"--CourseDirectory.autograded_directory={grading / 'autograded'}",
            f"--CourseDirectory.feedback_directory={grading / 'feedback'}"]

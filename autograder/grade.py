@@ -27,6 +27,7 @@ from pathlib import Path
 import nbformat
 
 from . import GRADING_DIR, ROOT, SOURCE_DIR, sandbox, tamper
+from . import gradebook
 from .classbook import record_intake, save_roster
 from .course import CourseFileError, UnknownAssignment, load as load_course
 from .intake import IntakeError, Submission, read_submission, student_id_from_name
@@ -62,7 +63,8 @@ def prepare_release(assignment: str, grading: Path, root: Path) -> Release:
     nb_name = source_nbs[0].name
     stamp = grading / "release" / f".{assignment}.sources"
     sources = _release_fingerprint(root, assignment)
-    if not (stamp.exists() and stamp.read_text() == sources and (grading / "gradebook.db").exists()
+    if not (stamp.exists() and stamp.read_text() == sources
+            and gradebook.has_assignment(gradebook.db_url(grading), assignment)
             and (grading / "release" / assignment / nb_name).exists()):
         release([assignment], out_dir=grading / "release", grading_dir=grading, root=root,
                 checks_dir=grading / "release" / ".checks")
@@ -166,10 +168,10 @@ def warm_models(models, env: dict) -> str | None:
     return None
 
 
-def collect_scores(results: dict[str, Result], db: Path, assignment: str) -> None:
+def collect_scores(results: dict[str, Result], url: str, assignment: str) -> None:
     from .workers import scores
 
-    final = scores(db, assignment, list(results))
+    final = scores(url, assignment, list(results))
     for sid, result in results.items():
         if sid in final:
             result.score, result.max_score, result.tests = final[sid]
@@ -199,7 +201,8 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
           grading_dir: Path | None = None, cell_timeout: int | None = None,
           notebook_timeout: int | None = None, workers: int | None = None,
           use_sandbox: str = "auto", memory_mb: int | None = None,
-          roster: Path | None = None, root: Path = ROOT, settings: GradingSettings | None = None) -> Report:
+          roster: Path | None = None, root: Path = ROOT, settings: GradingSettings | None = None,
+          cluster: str | None = None, db_url: str | None = None) -> Report:
     """Autograde every file in ``submissions`` (a folder, or a Canvas/Moodle zip) and write
     grades, feedback and plots.  Raises GradingError when nobody can be graded."""
     t0 = time.monotonic()
@@ -210,8 +213,13 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
         raise GradingError(str(exc)) from None
     settings = settings or GradingSettings.for_assignment(
         spec, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
-        sandbox=use_sandbox, memory_mb=memory_mb)
+        sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster)
     grading = (Path(grading_dir) if grading_dir else root / GRADING_DIR).resolve()
+    try:
+        gradebook.check_reachable(db_url or gradebook.db_url(grading))
+    except gradebook.GradebookUnreachable as exc:
+        raise GradingError(str(exc)) from None
+    gradebook.use_db_url(grading, db_url)
     out_dir = (Path(out_dir) if out_dir else grading / "reports" / assignment).resolve()
     feedback_dir = out_dir / "feedback"
     report = Report(assignment, csv_path=out_dir / "grades.csv", feedback_dir=feedback_dir, out_dir=out_dir)
@@ -271,7 +279,12 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
                 results[sid].note(note)
             if not outcome.graded:
                 results[sid].note(outcome.cause)
-        collect_scores({sid: results[sid] for sid in queue}, grading / "gradebook.db", assignment)
+        failed = sorted(sid for sid, outcome in outcomes.items() if not outcome.graded)
+        gradebook.forget(gradebook.db_url(grading), assignment, failed)  # no stale grade for a new file
+        for sid in failed:
+            for step in ("autograded", "feedback"):
+                shutil.rmtree(grading / step / sid / assignment, ignore_errors=True)
+        collect_scores({sid: results[sid] for sid in queue}, gradebook.db_url(grading), assignment)
     for r in report.results:
         if r.late:
             r.note("submitted LATE")

@@ -25,6 +25,7 @@ from pathlib import Path
 import nbformat
 
 from .classbook import graded_cells
+from .gradebook import db_url
 
 
 @dataclass
@@ -77,7 +78,7 @@ class HandGrading:
             prompt = next((c.source for c in reversed(self.released.cells[:index]) if c.cell_type == "markdown"), "")
             out.append(HandGradedCell(info.grade_id, info.question, info.label, info.points, prompt,
                                       schemes.get(info.grade_id, "")))
-        with Gradebook(f"sqlite:///{self.grading / 'gradebook.db'}") as gb:
+        with Gradebook(db_url(self.grading)) as gb:
             for sub in gb.assignment_submissions(self.assignment):
                 sid = sub.student.id
                 path = self.grading / "autograded" / sid / self.assignment / self.notebook
@@ -111,7 +112,7 @@ class HandGrading:
         if info is None:
             return [f"{grade_id} is not a hand-graded cell of {self.assignment}"]
         problems = []
-        with Gradebook(f"sqlite:///{self.grading / 'gradebook.db'}") as gb:
+        with Gradebook(db_url(self.grading)) as gb:
             for sid, (points, text) in entries.items():
                 try:
                     grade = gb.find_grade(grade_id, self.notebook[:-6], self.assignment, sid)

@@ -654,13 +654,18 @@ def _where(cell, index: int) -> str:
 
 
 def run_and_judge(nb, session: KernelSession, context: list[str], device: str, timeout: float,
-                  notebook_timeout: float, max_restarts: int = 4) -> list[str]:
+                  notebook_timeout: float, max_restarts: int = 4, timings: dict | None = None) -> list[str]:
     """Run ``nb`` cell by cell in ``session`` (started here), judging its graded test cells
     in this process; every cell's outputs are replaced.  Returns notes for the instructor
-    (time limits, kernel restarts)."""
+    (time limits, kernel restarts).  ``timings`` (if given) receives the seconds spent
+    starting the kernel, running the student's cells and judging the tests."""
     notes: list[str] = []
+    clock = timings if timings is not None else {}
+    for key in ("kernel_start", "cells", "tests"):
+        clock.setdefault(key, 0.0)
     start = time.monotonic()
     session.start()
+    clock["kernel_start"] += time.monotonic() - start
     student_cells = [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
     student = RemoteStudent(session, timeout, student_cells)
     namespace = cached_judge_namespace(context, device)
@@ -700,8 +705,10 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
                                        message="not judged: the kernel had stopped earlier").outputs()
                 continue
             object.__setattr__(student, "_timeout", max(1.0, min(timeout, left)))
+            t0 = time.monotonic()
             verdict = judge_cell(cell.source, _gid(cell) or f"cell-{index}", namespace)
             student._reset()
+            clock["tests"] += time.monotonic() - t0
             cell.outputs = verdict.outputs()
             if verdict.kernel_died or not session.alive():
                 notes.append(f"the kernel died while test {_where(cell, index)} ran")
@@ -716,10 +723,12 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
                 notes.append(f"the notebook ran longer than {notebook_timeout:g} s; the rest was not run")
                 state["dead"] = True
             continue
+        t0 = time.monotonic()
         try:
             run = session.execute(cell.source, timeout=min(timeout, left))
         except KernelDied as exc:
             run = CellRun(outputs=[], status="died", ename="DeadKernelError", evalue=str(exc))
+        clock["cells"] += time.monotonic() - t0
         cell.outputs = run.outputs
         cell.execution_count = run.execution_count
         if run.status == "ok":

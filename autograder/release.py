@@ -68,11 +68,13 @@ def checks_spec(nb, assignment: str, notebook: str) -> dict:
 def nbgrader(args: list[str], root: Path = ROOT, grading_dir: Path | None = None,
              timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
     """Run one nbgrader command in the course directory, with optional overrides."""
+    from .gradebook import db_url
+
     cmd = [sys.executable, "-m", "nbgrader", *args]
     if grading_dir is not None:
         g = Path(grading_dir)
         g.mkdir(parents=True, exist_ok=True)  # sqlite cannot create the folder
-        cmd += [f"--CourseDirectory.db_url=sqlite:///{g / 'gradebook.db'}",
+        cmd += [f"--CourseDirectory.db_url={db_url(g)}",
                 f"--CourseDirectory.submitted_directory={g / 'submitted'}",
                 f"--CourseDirectory.autograded_directory={g / 'autograded'}",
                 f"--CourseDirectory.feedback_directory={g / 'feedback'}"]
@@ -117,7 +119,7 @@ def release(names: list[str] | None = None, out_dir: Path | None = None,
             if proc.returncode != 0 and "there are submissions associated with it" in proc.stderr:
                 raise ReleaseError(
                     f"the source of '{name}' gained or lost cells after submissions were graded with it; "
-                    f"grade into a fresh folder (--grading-dir) or move {gdir / 'gradebook.db'} away")
+                    f"grade into a fresh folder (--grading-dir) or move the gradebook of {gdir} away")
             if proc.returncode != 0:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
                 raise ReleaseError(f"nbgrader generate_assignment {name} failed:\n" + "\n".join(tail))

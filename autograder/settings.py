@@ -18,6 +18,7 @@ class GradingSettings:
     workers: int = 0                 # 0: one per CPU core
     sandbox: str = "auto"            # auto (bubblewrap when it works, else a warning), on, off
     max_restarts: int = 4            # fresh kernels after a crash or an unstoppable cell
+    cluster: str | None = None       # a Dask scheduler address or scheduler file: grade there
     env: dict = field(default_factory=dict)  # for the kernels and the judge (e.g. COURSE_PROFILE)
 
     @classmethod

@@ -31,6 +31,7 @@ class Worker:
     students: list[str]
     log: str = ""
     timed_out: bool = False
+    url: str | None = None  # a shared gradebook (PostgreSQL); None: the worker's own SQLite copy
 
 
 @dataclass
@@ -40,10 +41,13 @@ class Outcome:
     graded: bool
     notes: list[str] = field(default_factory=list)
     cause: str = ""
+    timings: dict = field(default_factory=dict)  # seconds: kernel_start, cells, tests, total
 
 
-def nbgrader_args(gdir: Path) -> list[str]:
-    return [f"--CourseDirectory.db_url=sqlite:///{gdir / 'gradebook.db'}",
+def nbgrader_args(gdir: Path, url: str | None = None) -> list[str]:
+    """Folders of one worker; its gradebook is ``url`` (a shared database) or its own SQLite copy."""
+    url = url or f"sqlite:///{gdir / 'gradebook.db'}"
+    return [f"--CourseDirectory.db_url={url}",
             f"--CourseDirectory.submitted_directory={gdir / 'submitted'}",
             f"--CourseDirectory.autograded_directory={gdir / 'autograded'}",
             f"--CourseDirectory.feedback_directory={gdir / 'feedback'}"]
@@ -64,11 +68,16 @@ def worker_env(gdir: Path, threads: int, settings: GradingSettings) -> dict:
     return env
 
 
-def prepare_worker(gdir: Path, main_db: Path, use_bwrap: bool, settings: GradingSettings, threads: int,
+def prepare_worker(gdir: Path, main_url: str, use_bwrap: bool, settings: GradingSettings, threads: int,
                    gpu: bool) -> None:
+    """A worker's folder: its kernelspec and, with a SQLite gradebook, its own copy of it."""
+    from .gradebook import sqlite_path
+
     shutil.rmtree(gdir, ignore_errors=True)
     (gdir / "tmp").mkdir(parents=True)
-    shutil.copy(main_db, gdir / "gradebook.db")
+    main_db = sqlite_path(main_url)
+    if main_db is not None:
+        shutil.copy(main_db, gdir / "gradebook.db")
     sandbox.install_kernelspec(gdir / "jupyter", memory_mb=settings.memory_mb, use_bwrap=use_bwrap,
                                threads=threads, gpu=gpu, tmp_mb=settings.tmp_mb, work_mb=settings.work_mb,
                                file_mb=settings.file_mb)
@@ -79,8 +88,8 @@ def run_worker(w: Worker, assignment: str, root: Path, extra: list[str], env: di
     extra = [*extra, f"--JudgedExecute.scratch_dir={w.gdir / 'tmp'}",
              f"--JudgedExecute.status_dir={w.gdir / 'status'}"]
     cmd = [sys.executable, "-m", "autograder.worker",  # autograde, --then generate_feedback
-           assignment, "--force", *nbgrader_args(w.gdir), *extra, "--then",
-           assignment, "--force", *nbgrader_args(w.gdir)]
+           assignment, "--force", *nbgrader_args(w.gdir, w.url), *extra, "--then",
+           assignment, "--force", *nbgrader_args(w.gdir, w.url)]
     timeout += 60 + 5 * len(w.students)  # feedback: well under a second per notebook
     try:
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout,
@@ -161,12 +170,14 @@ def merge_gradebook(main_db: Path, worker_db: Path, assignment: str, students: l
         con.close()
 
 
-def scores(db: Path, assignment: str, students: list[str]) -> dict:
-    """student -> (score, max_score, {grade_id: (score, max_score)})."""
+def scores(url: str | Path, assignment: str, students: list[str]) -> dict:
+    """student -> (score, max_score, {grade_id: (score, max_score)}) from the gradebook at
+    ``url`` (a database URL, or the path of a SQLite file)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     out = {}
-    with Gradebook(f"sqlite:///{db}") as gb:
+    url = url if isinstance(url, str) and "://" in url else f"sqlite:///{url}"
+    with Gradebook(url) as gb:
         for sid in students:
             try:
                 sub = gb.find_submission(assignment, sid)
@@ -196,28 +207,42 @@ def collect(gdir: Path, grading: Path, assignment: str, students: list[str], fee
             shutil.copy(html, feedback_dir / f"{sid}.html")
 
 
+def judged_args(settings: GradingSettings, use_bwrap: bool, gpu: bool) -> list[str]:
+    """nbgrader options of JudgedExecute for this run."""
+    return ["--JudgedExecute.kernel_name=" + sandbox.KERNEL_NAME, f"--JudgedExecute.ipc={use_bwrap}",
+            f"--JudgedExecute.device={'cuda' if gpu else 'cpu'}",
+            f"--JudgedExecute.timeout={settings.cell_timeout}",
+            f"--JudgedExecute.notebook_timeout={settings.notebook_timeout}",
+            f"--JudgedExecute.max_restarts={settings.max_restarts}"]
+
+
 def execute_and_judge(assignment: str, notebooks: dict[str, nbformat.NotebookNode], nb_name: str,
                       grading: Path, feedback_dir: Path, root: Path, settings: GradingSettings,
-                      use_bwrap: bool, gpu: bool) -> dict[str, Outcome]:
-    """Grade ``notebooks`` (student id -> repaired notebook) into the course gradebook."""
-    main_db = grading / "gradebook.db"
+                      use_bwrap: bool, gpu: bool, main_url: str | None = None) -> dict[str, Outcome]:
+    """Grade ``notebooks`` (student id -> repaired notebook) into the course gradebook: on
+    ``settings.cluster`` (Dask) when given, else in local worker processes."""
+    from .gradebook import db_url, sqlite_path
+
+    main_url = main_url or db_url(grading)
+    if settings.cluster:
+        from .cluster import execute_on_cluster
+
+        return execute_on_cluster(assignment, notebooks, nb_name, grading, feedback_dir, settings, main_url)
+    main_db = sqlite_path(main_url)   # None: a shared database the workers write to directly
+    shared = None if main_db is not None else main_url
     workers = settings.n_workers
     threads = max(1, (os.cpu_count() or 1) // workers)
-    extra = ["--JudgedExecute.kernel_name=" + sandbox.KERNEL_NAME, f"--JudgedExecute.ipc={use_bwrap}",
-             f"--JudgedExecute.device={'cuda' if gpu else 'cpu'}",
-             f"--JudgedExecute.timeout={settings.cell_timeout}",
-             f"--JudgedExecute.notebook_timeout={settings.notebook_timeout}",
-             f"--JudgedExecute.max_restarts={settings.max_restarts}"]
+    extra = judged_args(settings, use_bwrap, gpu)
     limit = float(settings.notebook_timeout)
 
     def make(name: str, share: list[str]) -> Worker:
         gdir = grading / "workers" / name
-        prepare_worker(gdir, main_db, use_bwrap, settings, threads, gpu)
+        prepare_worker(gdir, main_url, use_bwrap, settings, threads, gpu)
         for sid in share:
             target = gdir / "submitted" / sid / assignment
             target.mkdir(parents=True)
             nbformat.write(notebooks[sid], target / nb_name)
-        return Worker(gdir, share)
+        return Worker(gdir, share, url=shared)
 
     def run_all(ws: list[Worker], budget) -> list[Worker]:
         with ThreadPoolExecutor(max_workers=max(1, len(ws))) as ex:
@@ -226,9 +251,10 @@ def execute_and_judge(assignment: str, notebooks: dict[str, nbformat.NotebookNod
             return [f.result() for f in futs]
 
     def harvest(w: Worker) -> list[str]:
-        got = scores(w.gdir / "gradebook.db", assignment, w.students)
+        got = scores(shared or w.gdir / "gradebook.db", assignment, w.students)
         ok = [s for s in w.students if s in got and (w.gdir / "autograded" / s / assignment / nb_name).exists()]
-        merge_gradebook(main_db, w.gdir / "gradebook.db", assignment, ok)
+        if main_db is not None:
+            merge_gradebook(main_db, w.gdir / "gradebook.db", assignment, ok)
         collect(w.gdir, grading, assignment, ok, feedback_dir, nb_name)
         return ok
 
@@ -241,7 +267,7 @@ def execute_and_judge(assignment: str, notebooks: dict[str, nbformat.NotebookNod
         ok = harvest(w)
         for s in w.students:
             if s in ok:
-                outcomes[s] = Outcome(True, status(w.gdir, s).get("notes", []))
+                outcomes[s] = Outcome(True, status(w.gdir, s).get("notes", []), timings=status(w.gdir, s).get("timings", {}))
             else:
                 retry.append(s)
     # anything a batch could not grade is retried alone, to tell its cause
@@ -249,7 +275,7 @@ def execute_and_judge(assignment: str, notebooks: dict[str, nbformat.NotebookNod
     for w in run_all(singles, lambda w: limit) if singles else []:
         sid = w.students[0]
         if harvest(w):
-            outcomes[sid] = Outcome(True, status(w.gdir, sid).get("notes", []))
+            outcomes[sid] = Outcome(True, status(w.gdir, sid).get("notes", []), timings=status(w.gdir, sid).get("timings", {}))
         else:
             outcomes[sid] = Outcome(False, status(w.gdir, sid).get("notes", []), cause(w, sid, limit))
     if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep them to debug a grading run

@@ -77,6 +77,10 @@ def ag_news_example_text(title: str, description: str) -> str:
 # Finding the files
 # ---------------------------------------------------------------------------------------
 
+# data/ next to the installed package: a checkout, or the grading sandbox
+_BESIDE_PACKAGE = Path(__file__).resolve().parent.parent / "data"
+
+
 def _download(name: str) -> Path | None:
     """Fetch ``data/<name>`` of the course repository into the cache (None on failure)."""
     import urllib.error
@@ -108,7 +112,7 @@ def data_file(name: str, download: bool = True) -> Path | None:
     cache; None when neither works."""
     from coursekit import repo_root
 
-    beside = Path(__file__).resolve().parent.parent / "data" / name
+    beside = _BESIDE_PACKAGE / name
     if beside.is_file():
         return beside
     root = repo_root()

@@ -117,6 +117,34 @@ def assert_hand_in_reports(grading_dir: Path, assignment: str) -> None:
     assert_self_check_reports_missing(grading_dir, "untouched", assignment)
 
 
+def assert_gradebook_consistent(url: str, assignment: str, graded: set[str]) -> None:
+    """The gradebook at ``url`` (SQLite or PostgreSQL) holds exactly the graded students, each
+    submitted notebook has one grade row per graded cell, and no grade row is orphaned."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as con:
+            q = lambda sql, **kw: con.execute(sa.text(sql), kw).all()  # noqa: E731
+            in_db = {s for (s,) in q("select sa.student_id from submitted_assignment sa join assignment a "
+                                      "on sa.assignment_id = a.id where a.name = :a", a=assignment)}
+            assert in_db == graded
+            n_cells = q("select count(*) from grade_cells gc join base_cell bc on gc.id = bc.id join notebook n "
+                        "on bc.notebook_id = n.id join assignment a on n.assignment_id = a.id where a.name = :a",
+                        a=assignment)[0][0]
+            assert n_cells > 0
+            per_nb = q("select sn.id, count(g.id) from submitted_notebook sn join submitted_assignment sa "
+                       "on sn.assignment_id = sa.id join assignment a on sa.assignment_id = a.id "
+                       "left join grade g on g.notebook_id = sn.id where a.name = :a group by sn.id", a=assignment)
+            assert len(per_nb) == len(graded)
+            assert all(count == n_cells for _, count in per_nb), per_nb
+            assert q("select count(*) from grade where notebook_id not in (select id from submitted_notebook)")[0][0] == 0
+            assert q("select count(*) from submitted_notebook where assignment_id not in "
+                     "(select id from submitted_assignment)")[0][0] == 0
+    finally:
+        engine.dispose()
+
+
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, **kw)
 

@@ -32,11 +32,21 @@ ASSIGNMENT_NAMES = re.compile(
 
 
 def setup_cell_source() -> str:
-    """The setup cell as written in docs/CONVENTIONS.md (first python block)."""
+    """The setup cell every page must start with: the release template, filled from course.yml.
+
+    docs/CONVENTIONS.md shows the same template with placeholders; check that it still matches
+    the template line for line, so the document cannot drift from what release writes."""
+    from autograder.course import load
+    from autograder.stamp import setup_source
+
+    expected = setup_source(load(ROOT))
     text = (ROOT / "docs" / "CONVENTIONS.md").read_text()
     block = re.search(r"```python\n(.*?)```", text, flags=re.S)
     assert block, "CONVENTIONS.md has no python block with the setup cell"
-    return textwrap.dedent(block.group(1)).strip()
+    documented = textwrap.dedent(block.group(1)).strip()
+    pattern = re.escape(documented).replace(re.escape("<owner>/<name>@<branch>"), r"\S+@\S+")
+    assert re.fullmatch(pattern, expected), "docs/CONVENTIONS.md's setup cell differs from stamp"
+    return expected
 
 
 # --------------------------------------------------------------------------- glue

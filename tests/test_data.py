@@ -121,7 +121,7 @@ def test_generated_news_not_in_ag_news(generated, ag):
             assert _key(part) not in known, part
 
 
-def test_hub_fallback_when_no_files(monkeypatch, capsys):
+def test_hub_fallback_when_no_files(monkeypatch, capsys, tmp_path):
     """Without a checkout or a download, rows come from the hub's ag_news test split."""
     import datasets
 
@@ -131,6 +131,7 @@ def test_hub_fallback_when_no_files(monkeypatch, capsys):
         "text": [f"Story {i} about topic {i % 4} #39;s news" for i in range(4000)],
         "label": [i % 4 for i in range(4000)]})
     monkeypatch.setattr(coursekit, "repo_root", lambda: None)
+    monkeypatch.setattr(data, "_BESIDE_PACKAGE", tmp_path / "no-data")
     monkeypatch.setattr(data, "_download", lambda name: None)
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: fake)
     ds = data.load_small_ag_news()
