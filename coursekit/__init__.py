@@ -15,7 +15,7 @@ import random
 import sys
 from pathlib import Path
 
-__all__ = ["REPO", "REPO_URL", "get_device", "seed_everything", "setup_notebook",
+__all__ = ["REPO", "BRANCH", "REPO_URL", "get_device", "seed_everything", "setup_notebook",
            "repo_root", "on_colab"]
 
 # The GitHub repository students get the course from (course.yml's student repository;
