@@ -39,6 +39,7 @@ from .settings import GradingSettings
 
 _LOCK = threading.Lock()  # one task at a time changes this process's environment
 _SANDBOX: dict = {}        # per worker process: does bubblewrap work, does the GPU work inside it
+_SCRATCH: dict = {}        # per worker process: the kernels' scratch folder (see _scratch_base)
 
 
 @dataclass
@@ -95,6 +96,17 @@ def worker_sandbox(memory_mb: int, mode: str) -> tuple[bool, bool]:
     return _SANDBOX[key]
 
 
+def _scratch_base() -> Path:
+    """This worker process's folder for kernel scratch, kept across tasks: the kernel launched
+    ahead for the next submission (``JudgedExecute.prestart``) lives there."""
+    if "base" not in _SCRATCH:
+        import atexit
+
+        _SCRATCH["base"] = Path(tempfile.mkdtemp(prefix="course-kernels-"))
+        atexit.register(shutil.rmtree, _SCRATCH["base"], True)
+    return _SCRATCH["base"]
+
+
 def prepare_models(models: list, env: dict) -> str:
     """Build the assignment's offline models into this worker's cache (a no-op when they are
     there).  Returns the cache folder."""
@@ -128,7 +140,7 @@ def grade_submission(spec: TaskSpec) -> TaskResult:
         target = gdir / "submitted" / spec.student / spec.assignment
         target.mkdir(parents=True)
         (target / spec.nb_name).write_text(spec.notebook)
-        extra = [*judged_args(settings, bwrap, gpu), f"--JudgedExecute.scratch_dir={gdir / 'tmp'}",
+        extra = [*judged_args(settings, bwrap, gpu), f"--JudgedExecute.scratch_dir={_scratch_base()}",
                  f"--JudgedExecute.status_dir={gdir / 'status'}"]
         args = nbgrader_args(gdir, url)
         from coursekit.models import course_cache_dir

@@ -13,6 +13,7 @@ without error, and the notebook continues (at most ``max_restarts`` times).
 """
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import shutil
@@ -26,6 +27,11 @@ from traitlets import Bool, Dict, Integer, List, Unicode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from .judge import KernelSession, context_sources, is_test_cell, run_and_judge
+
+# The kernel launched for the next submission, (KernelSession, scratch folder).  Module
+# level: nbgrader makes a new preprocessor object for every notebook it converts.
+_SPARE: dict = {}
+
 
 def _without_hidden_tests(nb):
     """The submission as the student has it (for the kernel's working folder): test cells
@@ -55,22 +61,85 @@ class JudgedExecute(NbGraderPreprocessor):
     scratch_dir = Unicode("", help="host folder for per-submission scratch (connection files)").tag(config=True)
     status_dir = Unicode("", help="where to write a JSON note per submission").tag(config=True)
     kernel_env = Dict({}, help="extra environment variables for the kernels").tag(config=True)
+    preload = List(["torch"], help="modules every kernel imports when it starts, before any "
+                                   "student code (the setup cell would import them first anyway)").tag(config=True)
+    prestart = Bool(True, help="launch the next submission's kernel (a fresh process in a fresh "
+                               "sandbox) while this one is graded").tag(config=True)
+
+
+    def _kernel_args(self) -> list[str]:
+        # imported, not bound: the student's namespace stays as the notebook makes it
+        lines = [f"--IPKernelApp.exec_lines=import importlib as _il; _il.import_module({name!r}); del _il"
+                 for name in self.preload]
+        return [*self.extra_arguments, *lines]
+
+    def _session(self, scratch: Path, copy: Path | None) -> KernelSession:
+        return KernelSession(self.kernel_name, scratch / "work", env={**self.kernel_env, "COURSE_DEVICE": self.device},
+                             extra_arguments=self._kernel_args(), ipc=self.ipc, copy=copy)
+
+    def _launch_spare(self, base: Path) -> None:
+        """Launch a kernel for the next submission: it starts up while this one is graded.
+        It is a fresh process in a fresh sandbox, given to exactly one submission (its
+        working folder receives that submission's copy before any code of it runs), and
+        killed after it, exactly like a kernel started on demand."""
+        scratch = Path(tempfile.mkdtemp(prefix="next-", dir=base))
+        session = self._session(scratch, None)
+        try:
+            session.launch()
+        except Exception:  # noqa: BLE001 - the next submission then starts its own kernel
+            session.stop()
+            shutil.rmtree(scratch, ignore_errors=True)
+            return
+        _SPARE["next"] = (session, scratch, self._spare_key(base))
+
+    def _spare_key(self, base: Path) -> str:
+        """What a kernel launched ahead of time must agree on with the submission that takes
+        it: kernel spec, arguments, environment and limits (a Dask worker grades tasks of
+        other runs too)."""
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        from .sandbox import kernel_env
+
+        try:
+            argv = KernelSpecManager().get_kernel_spec(self.kernel_name).argv
+        except Exception:  # noqa: BLE001 - no such spec: never matches a launched kernel
+            argv = None
+        return json.dumps([self.kernel_name, argv, self._kernel_args(), self.kernel_env, self.device, self.ipc,
+                           str(base), kernel_env()], sort_keys=True, default=str)
+
+    def _take_spare(self, base: Path):
+        """The kernel launched for this submission, if it is still starting or ready and
+        was launched with this submission's settings; else None (and it is killed)."""
+        spare = _SPARE.pop("next", None)
+        if spare is None:
+            return None
+        session, scratch, key = spare
+        if session.launched() and scratch.is_dir() and key == self._spare_key(base):
+            return session, scratch
+        session.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+        return None
 
     def preprocess(self, nb, resources):
         nbg = resources.get("nbgrader", {})
         assignment, student = nbg.get("assignment", "?"), nbg.get("student", "?")
         base = Path(self.scratch_dir or tempfile.gettempdir())
         base.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=base))
+        spare = self._take_spare(base)
+        scratch = spare[1] if spare else Path(tempfile.mkdtemp(prefix=f"{student}-", dir=base))
         notes: list[str] = []
         timings: dict = {}
         record: dict = {"notes": notes, "timings": timings}
         try:
             copy = scratch / f"{nbg.get('notebook', assignment)}.ipynb"
             nbformat.write(_without_hidden_tests(nb), copy)
-            session = KernelSession(self.kernel_name, scratch / "work",
-                                    env={**self.kernel_env, "COURSE_DEVICE": self.device},
-                                    extra_arguments=self.extra_arguments, ipc=self.ipc, copy=copy)
+            if spare:
+                session = spare[0]
+                session.copy = copy  # sent into the kernel's working folder when it connects
+            else:
+                session = self._session(scratch, copy)  # started by run_and_judge
+            if self.prestart:
+                self._launch_spare(base)
             started = time.monotonic()
             try:
                 notes += run_and_judge(nb, session, self._context_sources(nb, assignment), self.device,
@@ -90,3 +159,12 @@ class JudgedExecute(NbGraderPreprocessor):
 
     def _context_sources(self, nb, assignment: str) -> list[str]:
         return context_sources(nb, self.judge_context.get(assignment, []))
+
+
+@atexit.register
+def _discard() -> None:
+    """At exit: kill a spare kernel no submission needed, and remove its folder."""
+    spare = _SPARE.pop("next", None)
+    if spare is not None:
+        spare[0].stop()
+        shutil.rmtree(spare[1], ignore_errors=True)

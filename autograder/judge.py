@@ -82,12 +82,19 @@ class KernelSession:
         self.km = self.kc = None
         self.context = None
         self.starts = 0
+        self.copy_pending = False
         self.conn_dirs: list[Path] = []
 
     # lifetime ---------------------------------------------------------------------------
     def start(self) -> None:
         """Start a fresh kernel and put the request handler into it.  Raises KernelDied."""
-        import zmq
+        self.launch()
+        self.connect()
+
+    def launch(self) -> None:
+        """Start a fresh kernel process, without waiting for it (``connect`` waits).  A kernel
+        launched ahead of time starts up (and imports what ``preload`` names) while the
+        grader is busy with the previous submission.  Raises KernelDied."""
         from jupyter_client import KernelManager
 
         self.stop()
@@ -107,6 +114,25 @@ class KernelSession:
         self.km = km
         try:
             km.start_kernel(cwd=str(self.workdir), env=env, extra_arguments=self.extra_arguments)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, nothing may keep running
+            self.stop()
+            raise KernelDied(f"the kernel did not start ({type(exc).__name__}: {exc})"[:300]) from None
+        self.copy_pending = self.copy is None  # no copy in the sandbox yet: ``connect`` sends it
+
+    def launched(self) -> bool:
+        """True when a kernel was launched and not yet connected to."""
+        return self.km is not None and self.kc is None
+
+    def connect(self, copy: Path | None = None) -> None:
+        """Wait until the launched kernel answers; put the request handler into it, and the
+        submission's copy (``copy``, for a kernel launched before its submission was known)
+        into its working folder, both before any student code runs.  Raises KernelDied."""
+        import zmq
+
+        if copy is not None:
+            self.copy = copy
+        km = self.km
+        try:
             self.context = zmq.Context()
             self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             self.kc = km.client(context=self.context)
@@ -116,11 +142,16 @@ class KernelSession:
             self.stop()
             raise KernelDied(f"the kernel did not start ({type(exc).__name__}: {exc})"[:300]) from None
         # the request handler goes in before any student code runs
-        run = self.execute("from coursekit.remote import install_server as _course_install\n"
-                           "_course_install()\ndel _course_install", timeout=120, silent=True)
+        code = "from coursekit.remote import install_server as _course_install\n_course_install()\ndel _course_install"
+        if self.copy_pending and self.copy is not None and self.copy.is_file():
+            data = base64.b64encode(self.copy.read_bytes()).decode()
+            code += (f"\nimport base64 as _b64\nwith open({self.copy.name!r}, 'wb') as _f:\n"
+                     f"    _f.write(_b64.b64decode({data!r}))\ndel _b64, _f")
+        run = self.execute(code, timeout=120, silent=True)
         if run.status != "ok":
             self.stop()
             raise KernelDied(f"the kernel could not load the course package ({run.ename}: {run.evalue})")
+        self.copy_pending = False
 
     def alive(self) -> bool:
         try:
@@ -664,7 +695,13 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
     for key in ("kernel_start", "cells", "tests"):
         clock.setdefault(key, 0.0)
     start = time.monotonic()
-    session.start()
+    if session.launched():  # launched ahead of time (JudgedExecute's spare kernel)
+        try:
+            session.connect()
+        except KernelDied:
+            session.start()  # a spare that failed costs one more try, like any start
+    else:
+        session.start()
     clock["kernel_start"] += time.monotonic() - start
     student_cells = [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
     student = RemoteStudent(session, timeout, student_cells)

@@ -32,7 +32,7 @@ _INSTRUCTOR_ONLY = re.compile(r"# >>> instructor only.*?# <<< instructor only\n"
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "_build", "*.egg-info")
 # student package: coursekit only, with ranges wide enough for what Colab ships
 STUDENT_DEPENDENCIES = ["torch>=2.4", "transformers>=4.56", "datasets>=3.0", "safetensors>=0.4.3",
-                        "numpy>=1.26", "matplotlib>=3.8", "tqdm>=4.66"]
+                        "numpy>=2.0", "matplotlib>=3.9", "tqdm>=4.66.3"]
 # what the student tree does not need from requirements.txt (the grader and its tools)
 NOT_FOR_STUDENTS = {"nbgrader", "sqlalchemy", "pyyaml", "distributed", "dask-jobqueue", "psycopg"}
 

@@ -34,4 +34,13 @@ class GradingSettings:
 
     @property
     def n_workers(self) -> int:
-        return max(1, self.workers or os.cpu_count() or 1)
+        return max(1, self.workers or usable_cpus())
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a SLURM job, a container or ``taskset`` can allow
+    fewer than the machine has)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

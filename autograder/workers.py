@@ -22,7 +22,7 @@ import nbformat
 
 from . import sandbox
 from .release import tool_env
-from .settings import GradingSettings
+from .settings import GradingSettings, usable_cpus
 
 
 @dataclass
@@ -231,7 +231,7 @@ def execute_and_judge(assignment: str, notebooks: dict[str, nbformat.NotebookNod
     main_db = sqlite_path(main_url)   # None: a shared database the workers write to directly
     shared = None if main_db is not None else main_url
     workers = settings.n_workers
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, usable_cpus() // workers)
     extra = judged_args(settings, use_bwrap, gpu)
     limit = float(settings.notebook_timeout)
 

@@ -43,6 +43,15 @@ if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-ge
   { apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; } \
     >/dev/null 2>&1 || echo "   could not install bubblewrap: grading will warn and run without a sandbox"
 fi
+# PostgreSQL: the tests grade into a real server they start themselves (tests/test_scale.py),
+# as departments keep nbgrader's gradebook there; installed where we can, else skipped
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing postgresql (the gradebook server the scale-out tests start)"
+  { apt-get install -y -q --no-install-recommends postgresql || \
+    { apt-get update -q && apt-get install -y -q --no-install-recommends postgresql; }; } \
+    >/dev/null 2>&1 || echo "   could not install postgresql: the PostgreSQL tests will be skipped"
+fi
 # <<< instructor only
 
 # Debian's chromium opens the built pages in the browser test (tests/test_book_browser.py);

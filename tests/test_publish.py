@@ -123,8 +123,13 @@ def test_rehosting_is_one_edit_and_one_release(tmp_path):
     course = load(ROOT)
     old = [course.student_repo.name, course.instructor_repo.name]
     copy = tmp_path / "fork"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", "_build", "grading", ".git", "__pycache__",
-                                                              "*.egg-info", ".whl", ".bw", ".gl"))
+    # what a fork holds: the files git tracks (and new ones it does not ignore), nothing local
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
     text = (copy / "course.yml").read_text()
     text = text.replace(f"name: {old[0]},", "name: another-uni/transformers-2027,")
     text = text.replace(f"name: {old[1]},", "name: another-uni/transformers-2027-private,")
