@@ -23,7 +23,6 @@ Kubernetes, the ``dask-kubernetes`` operator's ``DaskCluster`` (see docs/GRADING
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 
-from .settings import GradingSettings
+from .settings import GradingSettings, environ as _environ
 
 _LOCK = threading.Lock()  # one task at a time changes this process's environment
 _SANDBOX: dict = {}        # per worker process: does bubblewrap work, does the GPU work inside it
@@ -65,20 +64,6 @@ class TaskResult:
     autograded: bytes | None = None
     feedback: bytes | None = None
     timings: dict = field(default_factory=dict)
-
-
-@contextlib.contextmanager
-def _environ(changes: dict):
-    saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def worker_sandbox(memory_mb: int, mode: str) -> tuple[bool, bool]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import platform
 import shutil
 import time
@@ -146,25 +145,20 @@ def warm_models(models, env: dict) -> str | None:
     """Build the offline models the assignment loads, once, before any student code runs:
     inside the sandbox the model cache is read-only and the hub out of reach.  Returns a
     warning line, or None."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    from .settings import environ
+
     try:
-        if "distilbert" in models:
-            from coursekit.models import offline_distilbert_dir
+        with environ(env):
+            if "distilbert" in models:
+                from coursekit.models import offline_distilbert_dir
 
-            offline_distilbert_dir()
-        if "small_gpt" in models:
-            from coursekit.gpt import load_or_train_small_gpt
+                offline_distilbert_dir()
+            if "small_gpt" in models:
+                from coursekit.gpt import load_or_train_small_gpt
 
-            load_or_train_small_gpt(verbose=False)
+                load_or_train_small_gpt(verbose=False)
     except Exception as exc:  # noqa: BLE001 - grading goes on; each kernel then builds what it needs
         return f"WARNING: could not prepare the offline models before grading ({type(exc).__name__}: {exc})"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return None
 
 

@@ -70,6 +70,36 @@ class CellRun:
     note: str = ""
 
 
+class _Watch:
+    """The time limit of one execution: past ``timeout`` the kernel is interrupted; if it is
+    still busy 10 s later it is killed; once a second, whether it is still alive."""
+
+    GRACE = 10
+
+    def __init__(self, session: "KernelSession", timeout: float):
+        self.session, self.deadline = session, time.monotonic() + timeout
+        self.interrupted_at: float | None = None
+        self.last_alive = time.monotonic()
+
+    def check(self) -> str | None:
+        """None, or what just happened: "interrupted", "killed" (after the grace period; the
+        kernel is stopped), "dead" (it stopped by itself)."""
+        now = time.monotonic()
+        if self.interrupted_at is None and now > self.deadline:
+            self.interrupted_at = now
+            with contextlib.suppress(Exception):
+                self.session.km.interrupt_kernel()
+            return "interrupted"
+        if self.interrupted_at is not None and now - self.interrupted_at > self.GRACE:
+            self.session.stop()
+            return "killed"
+        if now - self.last_alive > 1:
+            self.last_alive = now
+            if not self.session.alive():
+                return "dead"
+        return None
+
+
 class KernelSession:
     """One sandboxed kernel, driven synchronously over jupyter_client's blocking client."""
 
@@ -207,27 +237,19 @@ class KernelSession:
         run = CellRun(outputs=[])
         collector = _Outputs()
         reply = idle = False
-        deadline = time.monotonic() + timeout
-        interrupted_at = None
-        last_alive = time.monotonic()
+        watch = _Watch(self, timeout)
         while not (reply and idle):
-            now = time.monotonic()
-            if interrupted_at is None and now > deadline:
-                interrupted_at = now
+            event = watch.check()
+            if event == "interrupted":
                 run.status, run.ename = "timeout", "CellTimeoutError"
                 run.evalue = f"the cell ran longer than {timeout:g} s and was interrupted"
-                with contextlib.suppress(Exception):
-                    self.km.interrupt_kernel()
-            if interrupted_at is not None and now - interrupted_at > 10:
-                self.stop()
+            elif event == "killed":
                 run.status, run.evalue = "died", (f"the cell ran longer than {timeout:g} s and did not stop "
                                                   "when interrupted; its kernel was killed")
                 break
-            if now - last_alive > 1:
-                last_alive = now
-                if not self.alive():
-                    run.status, run.ename, run.evalue = "died", "DeadKernelError", "the kernel died while running this cell"
-                    break
+            elif event == "dead":
+                run.status, run.ename, run.evalue = "died", "DeadKernelError", "the kernel died while running this cell"
+                break
             got = self._poll(0.2)
             if got is None:
                 continue
@@ -261,26 +283,17 @@ class KernelSession:
         token = secrets.token_hex(8)
         msg_id = self.kc.execute(f"__course_judge__.handle({token!r}, {payload!r})", silent=True,
                                  store_history=False, allow_stdin=True, stop_on_error=False)
-        deadline = time.monotonic() + timeout
+        watch = _Watch(self, timeout)
         result = None
         reply = idle = False
         error = None
-        interrupted_at = None
-        last_alive = time.monotonic()
         while not (idle and reply):
-            now = time.monotonic()
-            if interrupted_at is None and now > deadline:
-                interrupted_at = now
-                with contextlib.suppress(Exception):
-                    self.km.interrupt_kernel()
-            if interrupted_at is not None and now - interrupted_at > 10:
-                self.stop()
+            event = watch.check()
+            if event == "killed":
                 raise KernelDied(f"the student's code ran longer than {timeout:g} s and did not stop when "
                                  "interrupted; its kernel was killed")
-            if now - last_alive > 1:
-                last_alive = now
-                if not self.alive():
-                    raise KernelDied("the kernel died while the student's code ran")
+            if event == "dead":
+                raise KernelDied("the kernel died while the student's code ran")
             got = self._poll(0.2)
             if got is None:
                 continue
@@ -308,7 +321,7 @@ class KernelSession:
                 reply = True
                 if msg.get("content", {}).get("status") != "ok":
                     error = str(msg["content"].get("ename", "error"))
-        if interrupted_at is not None:
+        if watch.interrupted_at is not None:
             raise RemoteTimeout(f"the student's code did not finish within {timeout:g} s")
         if result is None:
             raise ProtocolError("the kernel did not answer the grader's request"

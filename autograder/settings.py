@@ -1,6 +1,7 @@
 """One settings object for a grading run: limits, workers, sandbox, the kernels' environment."""
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field, replace
 
@@ -44,3 +45,18 @@ def usable_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def environ(changes: dict):
+    """``os.environ`` with ``changes`` applied for the duration of the block, then restored."""
+    saved = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

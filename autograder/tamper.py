@@ -124,14 +124,11 @@ def scan(nb, released_nb) -> list[str]:
 
 
 def _dotted_name(node) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
+    """``a.b.c`` for a chain of attributes on a name, else None."""
+    from coursekit.sourcecheck import _dotted
+
+    name = _dotted(node)
+    return None if name is None or name.startswith("?.") else name
 
 
 def _is_import_like(node) -> bool:

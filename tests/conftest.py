@@ -44,6 +44,16 @@ def secret_lines(nb, min_len: int = 12) -> set[str]:
     return secret - public
 
 
+# the most telling wrong answer to attention's Q2: softmax over the queries instead of the keys
+WRONG_SOFTMAX = '''
+hs = q.size(-1)
+scores = q @ k.transpose(-2, -1) / math.sqrt(hs)
+if mask is not None:
+    scores = scores.masked_fill(~mask, float("-inf"))
+weights = torch.softmax(scores, dim=-2)  # normalises over queries instead of keys
+return weights @ v, weights
+'''
+
 def set_solution(nb, grade_id: str, new_body: str, region: int = 0):
     """Replace solution region number ``region`` of cell ``grade_id`` with ``new_body``."""
     for cell in nb.cells:

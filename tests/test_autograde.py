@@ -10,20 +10,12 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, student_id_from_name
-from conftest import ROOT, assert_hand_in_reports, filled_exercise, read_nb, run, secret_lines, set_solution
+from conftest import ROOT, assert_hand_in_reports, filled_exercise, read_nb, run, secret_lines, set_solution, WRONG_SOFTMAX
 from tamper_corpus import EQ_CHEAT  # results that claim equality with everything
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
 
-WRONG_ATTENTION = '''
-hs = q.size(-1)
-scores = q @ k.transpose(-2, -1) / math.sqrt(hs)
-if mask is not None:
-    scores = scores.masked_fill(~mask, float("-inf"))
-weights = torch.softmax(scores, dim=-2)  # normalises over queries instead of keys
-return weights @ v, weights
-'''
 
 # forward() that delegates to the Q1/Q2 functions, which Q3 forbids
 DELEGATING_FORWARD = '''
@@ -80,7 +72,7 @@ def graded(tmp_path_factory):
     subs = tmp_path_factory.mktemp("submissions")
     nbformat.write(filled_exercise("attention"), subs / "full.ipynb")  # what a student hands in
     (subs / "untouched_attention.ipynb").write_bytes(EXERCISE.read_bytes())
-    nbformat.write(set_solution(read_nb(SOURCE), "calculate_multihead_attention", WRONG_ATTENTION),
+    nbformat.write(set_solution(read_nb(SOURCE), "calculate_multihead_attention", WRONG_SOFTMAX),
                    subs / "wrong_q2.ipynb")
     nbformat.write(set_solution(read_nb(SOURCE), "multi_head_attention", DELEGATING_FORWARD),
                    subs / "delegates.ipynb")

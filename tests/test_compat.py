@@ -34,7 +34,7 @@ import nbformat
 import pytest
 
 from autograder.publish import STUDENT_DEPENDENCIES
-from conftest import ROOT, filled_exercise, set_solution
+from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
 
 pytestmark = pytest.mark.slow
 
@@ -146,9 +146,6 @@ def test_attention_self_check_with_oldest_versions(tmp_path):
     report = _handin(cells)
     assert "FAIL" not in report and re.search(r"passed|ready to hand in", report), report
     # a typical mistake (softmax over the queries instead of the keys) is still caught there
-    wrong = set_solution(filled_exercise("attention"), "calculate_multihead_attention",
-                         "hs = q.size(-1)\nscores = q @ k.transpose(-2, -1) / math.sqrt(hs)\n"
-                         "if mask is not None:\n    scores = scores.masked_fill(~mask, float('-inf'))\n"
-                         "weights = torch.softmax(scores, dim=-2)\nreturn weights @ v, weights")
+    wrong = set_solution(filled_exercise("attention"), "calculate_multihead_attention", WRONG_SOFTMAX)
     report = _handin(_run_exercise(python, wrong, tmp_path, "wrong"))
     assert "FAIL" in report, report

@@ -19,17 +19,9 @@ import torch
 from autograder import sandbox
 from autograder.course import load
 from autograder.judge import KernelSession, context_sources, is_test_cell, run_and_judge
-from conftest import ROOT, read_nb, set_solution
+from conftest import ROOT, read_nb, set_solution, WRONG_SOFTMAX
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"
-WRONG_Q2 = '''
-hs = q.size(-1)
-scores = q @ k.transpose(-2, -1) / math.sqrt(hs)
-if mask is not None:
-    scores = scores.masked_fill(~mask, float("-inf"))
-weights = torch.softmax(scores, dim=-2)  # normalises over queries instead of keys
-return weights @ v, weights
-'''
 
 def points(nb) -> dict[str, float]:
     """Points of each test cell, read the way nbgrader reads them: an error output means 0."""
@@ -71,7 +63,7 @@ def grade_on(device: str, nb, tmp_path, monkeypatch, sandboxed: bool = False) ->
 @pytest.mark.parametrize("variant", ["reference", "wrong_q2"])
 def test_checks_give_the_same_points_on_the_cpu_and_on_cuda(variant, tmp_path, monkeypatch):
     make = (lambda: read_nb(SOURCE)) if variant == "reference" else \
-        (lambda: set_solution(read_nb(SOURCE), "calculate_multihead_attention", WRONG_Q2))
+        (lambda: set_solution(read_nb(SOURCE), "calculate_multihead_attention", WRONG_SOFTMAX))
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     got = {d: grade_on(d, make(), tmp_path, monkeypatch) for d in devices}
     expected = 30.0 if variant == "reference" else 24.0

@@ -22,14 +22,11 @@ import pytest
 
 from autograder import gradebook
 from autograder.grade import grade
-from conftest import ROOT, assert_gradebook_consistent, filled_exercise, read_nb, run, set_solution
+from conftest import WRONG_SOFTMAX, ROOT, assert_gradebook_consistent, filled_exercise, read_nb, run, set_solution
 
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
 # the columns that carry grades (notes hold timings and worker names, which may differ)
 GRADE_COLUMNS = ["student_id", "status", "auto", "manual", "pending", "total", "max_score", "Q1", "Q2", "Q3", "Q4"]
-WRONG_SOFTMAX = ("hs = q.size(-1)\nscores = q @ k.transpose(-2, -1) / math.sqrt(hs)\n"
-                 "if mask is not None:\n    scores = scores.masked_fill(~mask, float('-inf'))\n"
-                 "weights = torch.softmax(scores, dim=-2)\nreturn weights @ v, weights")
 
 
 def _grades(path: Path) -> dict[str, dict]:
