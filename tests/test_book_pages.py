@@ -32,11 +32,18 @@ ASSIGNMENT_NAMES = re.compile(
 
 
 def setup_cell_source() -> str:
-    """The setup cell as written in docs/CONVENTIONS.md (first python block)."""
+    """The setup cell as written in docs/CONVENTIONS.md (first python block), with the student
+    repository of course.yml in place of <owner>/<name>@<branch>; the same as release stamps."""
+    from autograder.course import load
+    from autograder.stamp import setup_source
+
     text = (ROOT / "docs" / "CONVENTIONS.md").read_text()
     block = re.search(r"```python\n(.*?)```", text, flags=re.S)
     assert block, "CONVENTIONS.md has no python block with the setup cell"
-    return textwrap.dedent(block.group(1)).strip()
+    repo = load(ROOT).student_repo
+    source = textwrap.dedent(block.group(1)).strip().replace("<owner>/<name>", repo.name).replace("<branch>", repo.branch)
+    assert source == setup_source(load(ROOT)), "docs/CONVENTIONS.md and autograder/stamp.py disagree on the setup cell"
+    return source
 
 
 # --------------------------------------------------------------------------- glue
