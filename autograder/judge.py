@@ -651,6 +651,9 @@ def judge_namespace(context_sources: list[str], device: str) -> dict:
     exec("import importlib, importlib.util, math, os, subprocess, sys\nimport torch", ns)
     ns["DEVICE"] = torch.device(device)
     ns["check"] = ns["handin_report"] = lambda *a, **k: None
+    from coursekit.selfcheck import warn_only
+
+    ns["warn_only"] = warn_only  # checks in visible tests that warn (printed into the test's output)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for src in context_sources:

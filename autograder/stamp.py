@@ -33,7 +33,7 @@ def setup_source(course: Course, assignment: str | None = None) -> str:
              f'                    "git+{repo.url}@{repo.branch}"], check=True)',
              "from coursekit import setup_notebook"]
     if assignment:
-        lines += ["from coursekit.selfcheck import check, handin_report, student",
+        lines += ["from coursekit.selfcheck import check, handin_report, student, warn_only",
                   f'DEVICE = setup_notebook(seed=0, assignment="{assignment}")']
     else:
         lines += ["DEVICE = setup_notebook(seed=0)"]

@@ -118,6 +118,23 @@ class SourceView:
         """True when some cell defines ``name`` at the top level."""
         return name in self._defs
 
+    def definition(self, name: str):
+        """The last top-level definition of ``name`` (an ``ast`` node), or None."""
+        return self._defs[name][-1] if name in self._defs else None
+
+    def called_in_loop(self, entry: str, names) -> list[str]:
+        """The names of ``names`` (by their last part) that ``entry``'s own definition calls
+        inside a ``for`` or ``while`` loop, e.g. an optimizer created once per epoch."""
+        node = self.definition(entry)
+        wanted = {n.split(".")[-1] for n in names}
+        hits = set()
+        for loop in (n for n in ast.walk(node) if isinstance(n, (ast.For, ast.While))) if node else []:
+            for call in (c for c in ast.walk(loop) if isinstance(c, ast.Call)):
+                dotted = _dotted(call.func) or ""
+                if dotted.split(".")[-1] in wanted:
+                    hits.add(dotted.split(".")[-1])
+        return sorted(hits)
+
     def references(self, entry: str) -> set[str]:
         """Every name ``entry`` reaches: dotted names with imports resolved (``F.softmax`` ->
         ``torch.nn.functional.softmax``), the notebook's top-level names, and

@@ -97,27 +97,39 @@ def handin_cell(nb):
     return cells[0]
 
 
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
 def assert_self_check_passed(grading_dir: Path, student: str, assignment: str) -> None:
-    """The hand-in cell of an autograded submission reported every visible check as passed.
+    """The hand-in cell of an autograded submission reported every visible check as passed,
+    without a warning, and ended with "Ready to hand in".
 
     The filled exercise is autograded once per assignment in its own test module; reading its
     hand-in output there replaces a separate run of the notebook for the self-check test.
     """
     path = grading_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
-    out = cell_text(handin_cell(read_nb(path)))
-    assert "all visible checks passed" in out, out
-    assert "WARNING" not in out and "[FAIL]" not in out, out
+    cell = handin_cell(read_nb(path))
+    out = cell_text(cell)
+    assert re.search(r"All \d+ visible tests passed|The visible test passed", out), out
+    assert "WARNING" not in out and "[FAIL]" not in out and "[WARN]" not in out, out
+    assert _last_line(out).startswith("Ready to hand in"), out
+    assert not any(o.output_type == "execute_result" for o in cell.outputs), "the hand-in cell echoes Out[]"
+    # no progress bars: neither widgets nor text on stderr
+    assert not any(o.output_type == "display_data" or o.get("name") == "stderr" for o in cell.outputs), cell.outputs
 
 
 def assert_self_check_reports_missing(grading_dir: Path, student: str, assignment: str) -> None:
-    """The hand-in cell of an autograded untouched exercise ran without crashing and listed
-    the unanswered questions (no visible check passed)."""
+    """The hand-in cell of an autograded untouched exercise ran without crashing, listed the
+    unanswered questions (no visible check passed) and ended with what is missing."""
     path = grading_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
     cell = handin_cell(read_nb(path))
     assert not any(o.output_type == "error" for o in cell.outputs), "the hand-in cell must not crash"
     out = cell_text(cell)
-    assert "not answered yet" in out and "visible check(s) failed" in out, out
+    assert "not answered yet" in out and re.search(r"0 of \d+ visible tests passed", out), out
     assert "[PASS]" not in out, out
+    assert _last_line(out).startswith("Not ready to hand in: "), out
 
 
 def assert_hand_in_reports(grading_dir: Path, assignment: str) -> None:

@@ -63,9 +63,10 @@ def _namespace(nb):
     import torch
 
     from coursekit.remote import LocalStudent
+    from coursekit.selfcheck import warn_only
 
     cells = _cells(nb)
-    ns = {"DEVICE": torch.device("cpu"), "display": print}
+    ns = {"DEVICE": torch.device("cpu"), "display": print, "warn_only": warn_only}
     ns["student"] = LocalStudent(ns)
     os.environ.setdefault("COURSE_MODEL_SOURCE", "offline")
     exec(cells["imports"].source, ns)
@@ -131,11 +132,12 @@ return loss  # a tensor, and only the last batch
 ]
 
 
-def test_quick_tests_pass_on_the_solution():
+def test_quick_tests_pass_on_the_solution(capsys):
     nb = read_nb(SOURCE)
     ns = _namespace(nb)
     for gid in QUICK_TESTS:
         _run_test(nb, ns, gid)
+    assert "Warning:" not in capsys.readouterr().out  # no warn_only block of a visible test fired
 
 
 @pytest.mark.parametrize("name,body,test_id", WRONG, ids=[f"{w[0]}-{i}" for i, w in enumerate(WRONG)])

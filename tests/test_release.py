@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import pytest
@@ -59,6 +60,13 @@ def test_no_solution_or_hidden_test_in_exercises(src):
                      for ln in c.source.splitlines()}
     leaked = secrets & student_lines
     assert not leaked, f"solution/hidden lines in the student notebook: {sorted(leaked)[:5]}"
+    # the self-check's spec: visible test code, descriptions, titles, names; nothing secret
+    spec = json.loads((ROOT / "coursekit" / "checks" / f"{src.parent.name}.json").read_text())
+    spec_lines = {ln.strip() for t in spec["tests"] for ln in t["source"].splitlines()}
+    spec_lines |= {ln.strip() for ln in json.dumps(spec, indent=1).splitlines()}
+    leaked = secrets & spec_lines
+    assert not leaked, f"solution/hidden lines in coursekit/checks/{src.parent.name}.json: {sorted(leaked)[:5]}"
+    assert all(t["source"] == "" for t in spec["tests"] if t["hidden"]), "hidden tests must have no code in the spec"
 
 
 def _html_text(path) -> set[str]:
