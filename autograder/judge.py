@@ -51,9 +51,13 @@ HIDDEN_FAILURE = "a hidden check failed (see the first line of this cell for wha
 class KernelDied(RuntimeError):
     """The kernel stopped (crashed, was killed, or could not be reached)."""
 
+    student_caused = True  # coursekit.selfcheck.warn_only turns it into a warning
+
 
 class RemoteTimeout(RuntimeError):
     """The student's code did not answer a request within the time limit."""
+
+    student_caused = True
 
 
 # ---------------------------------------------------------------------------------------

@@ -77,9 +77,11 @@ class warn_only:
 
     Visible tests use it for mistakes that only a hidden test grades (the value of a worked
     example, a property such as causality): the student learns about the mistake before
-    handing in, and the visible test's points do not depend on it.  A failed assert, or an
-    exception raised by the student's code, ends the block and becomes one warning; any
-    other exception (a bug in the test, a kernel that died at grading time) propagates.
+    handing in, and the visible test's points do not depend on it.  A failed assert, an
+    exception raised by the student's code, or (at grading time) a kernel that the student's
+    code ended or that did not answer in time ends the block and becomes one warning (the
+    grader still sees the dead kernel and starts a fresh one); any other exception (a bug
+    in the test) propagates.
     """
 
     def __enter__(self):
@@ -97,6 +99,9 @@ class warn_only:
             else:
                 name = getattr(exc, "student_type", None) or type(exc).__name__
                 _warn(f"your code raised {name}" + (f": {exc}" if str(exc) else ""))
+            return True
+        if getattr(exc, "student_caused", False):  # autograder.judge: KernelDied, RemoteTimeout
+            _warn(f"could not be checked: {exc}")
             return True
         return False
 
