@@ -1,14 +1,15 @@
 """Grading on a Dask cluster: ``grade ... --cluster ADDRESS`` (a scheduler address such as
 ``tcp://head:8786``, or the path of a scheduler file).
 
-Each submission is one Dask task.  On the worker that runs it, ``grade_submission`` grades it
-exactly as a local worker does (the same bubblewrap sandbox and limits, JudgedExecute, nbgrader's
-autograde and feedback, in the worker's own Python process) in a private folder, and sends back
-the result: the submission's gradebook rows (its one-submission SQLite gradebook, or nothing when
-the workers write to a shared PostgreSQL gradebook), the autograded notebook and the feedback
-page.  The instructor's process merges them into the course's folders as they arrive.  Dask
-retries a task whose worker died on another worker; merging replaces a student's earlier rows,
-so a submission graded twice is in the gradebook once.
+Each Dask task is a small batch of submissions (one submission for a small class; see
+``batch_size``: one nbgrader start-up per batch instead of per submission).  On the worker that
+runs it, ``grade_batch`` grades them exactly as a local worker does (the same bubblewrap sandbox
+and limits, JudgedExecute, nbgrader's autograde and feedback, in the worker's own Python process)
+in a private folder, and sends back the result: the batch's gradebook rows (its own SQLite
+gradebook, or nothing when the workers write to a shared PostgreSQL gradebook), each autograded
+notebook and feedback page.  The instructor's process merges them into the course's folders as
+they arrive.  Dask retries a task whose worker died on another worker; merging replaces a
+student's earlier rows, so a submission graded twice is in the gradebook once.
 
 Before the first task, every worker builds (or finds in its own cache) the offline models the
 assignment loads.  Start workers with one thread each (the grader changes its process's
@@ -44,8 +45,8 @@ _SCRATCH: dict = {}        # per worker process: the kernels' scratch folder (se
 @dataclass
 class TaskSpec:
     assignment: str
-    student: str
-    notebook: str            # the repaired submission, as notebook JSON
+    students: list[str]
+    notebooks: list[str]     # the repaired submissions, as notebook JSON, in the order of students
     nb_name: str
     release_db: bytes | None  # the course gradebook with the release (SQLite mode)
     shared_url: str | None    # a shared gradebook the worker writes to (PostgreSQL mode)
@@ -60,10 +61,21 @@ class TaskResult:
     notes: list
     cause: str
     worker: str
-    gradebook: bytes | None = None
     autograded: bytes | None = None
     feedback: bytes | None = None
     timings: dict = field(default_factory=dict)
+
+
+@dataclass
+class BatchResult:
+    results: list[TaskResult]
+    gradebook: bytes | None = None  # the batch's SQLite gradebook (None with a shared database)
+
+
+def batch_size(n_submissions: int, n_workers: int) -> int:
+    """Submissions per task: about four tasks per worker, so that the work still spreads
+    evenly, at most eight per task, so that a lost worker costs little to redo."""
+    return max(1, min(8, n_submissions // max(1, 4 * n_workers)))
 
 
 def worker_sandbox(memory_mb: int, mode: str) -> tuple[bool, bool]:
@@ -105,14 +117,15 @@ def prepare_models(models: list, env: dict) -> str:
     return str(course_cache_dir())
 
 
-def grade_submission(spec: TaskSpec) -> TaskResult:
-    """Grade one submission on this worker (see the module docstring)."""
+def grade_batch(spec: TaskSpec) -> BatchResult:
+    """Grade a batch of submissions on this worker (see the module docstring)."""
     from .workers import judged_args, nbgrader_args, prepare_worker, scores, status, worker_env
     from .worker import main as run_nbgrader
 
     settings = GradingSettings(**spec.settings)
     host = socket.gethostname()
-    with _LOCK, tempfile.TemporaryDirectory(prefix=f"grade-{spec.student}-") as tmp:
+    tag = spec.students[0] if len(spec.students) == 1 else f"{spec.students[0]}-and-{len(spec.students) - 1}"
+    with _LOCK, tempfile.TemporaryDirectory(prefix=f"grade-{tag}-") as tmp:
         gdir = Path(tmp) / "w"
         url = spec.shared_url
         if url is None:
@@ -122,9 +135,10 @@ def grade_submission(spec: TaskSpec) -> TaskResult:
             main_url = url
         bwrap, gpu = worker_sandbox(settings.memory_mb, settings.sandbox)
         prepare_worker(gdir, main_url, bwrap, settings, 1, gpu)
-        target = gdir / "submitted" / spec.student / spec.assignment
-        target.mkdir(parents=True)
-        (target / spec.nb_name).write_text(spec.notebook)
+        for student, notebook in zip(spec.students, spec.notebooks):
+            target = gdir / "submitted" / student / spec.assignment
+            target.mkdir(parents=True)
+            (target / spec.nb_name).write_text(notebook)
         extra = [*judged_args(settings, bwrap, gpu), f"--JudgedExecute.scratch_dir={_scratch_base()}",
                  f"--JudgedExecute.status_dir={gdir / 'status'}"]
         args = nbgrader_args(gdir, url)
@@ -145,17 +159,20 @@ def grade_submission(spec: TaskSpec) -> TaskResult:
             finally:
                 os.chdir(previous)
                 tempfile.tempdir = None
-        st = status(gdir, spec.student)
-        nb_path = gdir / "autograded" / spec.student / spec.assignment / spec.nb_name
-        got = scores(url or gdir / "gradebook.db", spec.assignment, [spec.student])
-        graded = spec.student in got and nb_path.exists()
-        html = gdir / "feedback" / spec.student / spec.assignment / spec.nb_name.replace(".ipynb", ".html")
-        return TaskResult(
-            spec.student, graded, st.get("notes", []),
-            "" if graded else ("grading failed: " + str(st.get("error") or "autograde failed on " + host))[:300],
-            host, gradebook=(gdir / "gradebook.db").read_bytes() if graded and url is None else None,
-            autograded=nb_path.read_bytes() if nb_path.exists() else None,
-            feedback=html.read_bytes() if html.exists() else None, timings=st.get("timings", {}))
+        got = scores(url or gdir / "gradebook.db", spec.assignment, list(spec.students))
+        results = []
+        for student in spec.students:
+            st = status(gdir, student)
+            nb_path = gdir / "autograded" / student / spec.assignment / spec.nb_name
+            graded = student in got and nb_path.exists()
+            html = gdir / "feedback" / student / spec.assignment / spec.nb_name.replace(".ipynb", ".html")
+            results.append(TaskResult(
+                student, graded, st.get("notes", []),
+                "" if graded else ("grading failed: " + str(st.get("error") or "autograde failed on " + host))[:300],
+                host, autograded=nb_path.read_bytes() if nb_path.exists() else None,
+                feedback=html.read_bytes() if html.exists() else None, timings=st.get("timings", {})))
+        any_graded = any(r.graded for r in results)
+        return BatchResult(results, (gdir / "gradebook.db").read_bytes() if any_graded and url is None else None)
 
 
 def connect(address: str):
@@ -200,50 +217,57 @@ def execute_on_cluster(assignment: str, notebooks: dict, nb_name: str, grading: 
         main_db = sqlite_path(main_url)
         release_db = main_db.read_bytes() if main_db is not None else None
         plain = {k: v for k, v in settings.__dict__.items() if k != "cluster"}
-        futures = {client.submit(grade_submission, TaskSpec(assignment, sid, nbformat.writes(nb), nb_name, release_db,
-                                                            None if main_db is not None else main_url, plain,
-                                                            list(spec.models)),
-                                 key=f"grade-{assignment}-{sid}-{os.getpid()}-{id(notebooks)}", pure=False,
-                                 retries=1): sid
-                   for sid, nb in sorted(notebooks.items())}
+        sids = sorted(notebooks)
+        size = batch_size(len(sids), len(client.scheduler_info().get("workers", {})))
+        futures = {}
+        for start in range(0, len(sids), size):
+            batch = sids[start:start + size]
+            task = TaskSpec(assignment, batch, [nbformat.writes(notebooks[sid]) for sid in batch], nb_name,
+                            release_db, None if main_db is not None else main_url, plain, list(spec.models))
+            futures[client.submit(grade_batch, task, key=f"grade-{assignment}-{batch[0]}-{os.getpid()}-{id(notebooks)}",
+                                  pure=False, retries=1)] = batch
         outcomes = {}
         for future in as_completed(futures):
-            sid = futures[future]
+            batch = futures[future]
             try:
-                result: TaskResult = future.result()
-            except Exception as exc:  # noqa: BLE001 - a task that failed twice: this student's row says why
-                outcomes[sid] = Outcome(False, [], f"grading failed on the cluster: {type(exc).__name__}: {exc}"[:300])
+                result: BatchResult = future.result()
+            except Exception as exc:  # noqa: BLE001 - a task that failed twice: these students' rows say why
+                for sid in batch:
+                    outcomes[sid] = Outcome(False, [], f"grading failed on the cluster: {type(exc).__name__}: {exc}"[:300])
                 continue
-            if result.graded:
-                _store(result, assignment, nb_name, grading, feedback_dir, main_db, merge_gradebook)
-            outcomes[sid] = Outcome(result.graded, list(result.notes), result.cause,
-                                    timings=result.timings)
+            _store(result, assignment, nb_name, grading, feedback_dir, main_db, merge_gradebook)
+            for r in result.results:
+                outcomes[r.student] = Outcome(r.graded, list(r.notes), r.cause, timings=r.timings)
         return outcomes
     finally:
         client.close()
 
 
-def _store(result: TaskResult, assignment: str, nb_name: str, grading: Path, feedback_dir: Path,
+def _store(batch: BatchResult, assignment: str, nb_name: str, grading: Path, feedback_dir: Path,
            main_db: Path | None, merge) -> None:
-    """Put one task's result into the course's gradebook and folders."""
-    sid = result.student
-    if main_db is not None and result.gradebook:
+    """Put one task's results into the course's gradebook and folders (graded students only)."""
+    graded = [r for r in batch.results if r.graded]
+    if not graded:
+        return
+    if main_db is not None and batch.gradebook:
         with tempfile.NamedTemporaryFile(suffix=".db", delete=False) as fh:
-            fh.write(result.gradebook)
+            fh.write(batch.gradebook)
         try:
-            merge(main_db, Path(fh.name), assignment, [sid])
+            merge(main_db, Path(fh.name), assignment, [r.student for r in graded])
         finally:
             os.unlink(fh.name)
-    for step, data in (("autograded", result.autograded), ("feedback", result.feedback)):
-        if data is None:
-            continue
-        folder = grading / step / sid / assignment
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        name = nb_name if step == "autograded" else nb_name.replace(".ipynb", ".html")
-        (folder / name).write_bytes(data)
-    if result.feedback is not None:
-        (feedback_dir / f"{sid}.html").write_bytes(result.feedback)
+    for result in graded:
+        sid = result.student
+        for step, data in (("autograded", result.autograded), ("feedback", result.feedback)):
+            if data is None:
+                continue
+            folder = grading / step / sid / assignment
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            name = nb_name if step == "autograded" else nb_name.replace(".ipynb", ".html")
+            (folder / name).write_bytes(data)
+        if result.feedback is not None:
+            (feedback_dir / f"{sid}.html").write_bytes(result.feedback)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,6 +31,8 @@ from .judge import KernelSession, context_sources, is_test_cell, run_and_judge
 # The kernel launched for the next submission, (KernelSession, scratch folder).  Module
 # level: nbgrader makes a new preprocessor object for every notebook it converts.
 _SPARE: dict = {}
+# This process's zygote (autograder.zygote): {"key": settings, "proc": Popen, "dir": Path}
+_ZYGOTE: dict = {}
 
 
 def _without_hidden_tests(nb):
@@ -65,6 +67,8 @@ class JudgedExecute(NbGraderPreprocessor):
                                    "student code (the setup cell would import them first anyway)").tag(config=True)
     prestart = Bool(True, help="launch the next submission's kernel (a fresh process in a fresh "
                                "sandbox) while this one is graded").tag(config=True)
+    zygote = Bool(True, help="fork each sandboxed kernel, in a sandbox of its own, from a process "
+                             "that imported torch once (autograder.zygote)").tag(config=True)
 
 
     def _kernel_args(self) -> list[str]:
@@ -74,8 +78,60 @@ class JudgedExecute(NbGraderPreprocessor):
         return [*self.extra_arguments, *lines]
 
     def _session(self, scratch: Path, copy: Path | None) -> KernelSession:
-        return KernelSession(self.kernel_name, scratch / "work", env={**self.kernel_env, "COURSE_DEVICE": self.device},
-                             extra_arguments=self._kernel_args(), ipc=self.ipc, copy=copy)
+        env = {**self.kernel_env, "COURSE_DEVICE": self.device}
+        zygote = _ZYGOTE.get("dir")
+        if zygote is not None:
+            env["COURSE_SANDBOX_ZYGOTE"] = str(zygote / "z.sock")
+        return KernelSession(self.kernel_name, scratch / "work", env=env, extra_arguments=self._kernel_args(),
+                             ipc=self.ipc, copy=copy, conn_base=zygote)
+
+    def _ensure_zygote(self, base: Path) -> None:
+        """Start this process's zygote for these settings (or keep the one running), when the
+        kernels run in bubblewrap on the CPU; otherwise kernels start as separate sandboxes."""
+        import os
+        import subprocess
+        import sys
+
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        from .judge import _short_tmp
+
+        key = self._spare_key(base)
+        proc = _ZYGOTE.get("proc")
+        if proc is not None and proc.poll() is None and _ZYGOTE.get("key") == key:
+            return
+        _stop_zygote()
+        if not self.zygote:
+            return
+        try:
+            argv = list(KernelSpecManager().get_kernel_spec(self.kernel_name).argv)
+        except Exception:  # noqa: BLE001 - no such spec: the kernel manager will say so
+            return
+        if (argv[1:3] != ["-m", "autograder.sandbox"] or "--no-bwrap" in argv or "--gpu" in argv
+                or argv[-2:] != ["--", "{connection_file}"]):
+            return
+        folder = Path(tempfile.mkdtemp(prefix="cz", dir=_short_tmp()))
+        sock = folder / "z.sock"
+        cmd = [*argv[:-2], "--zygote", f"--workbase={base.resolve()}",
+               *[f"--preload={m}" for m in self.preload], "--", str(sock)]
+        env = dict(os.environ, **self.kernel_env, COURSE_DEVICE=self.device)
+        env.pop("COURSE_SANDBOX_ZYGOTE", None)
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=str(base))
+        except OSError:
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        deadline = time.monotonic() + 20
+        while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not sock.exists():
+            _ZYGOTE.update(proc=proc, dir=folder)
+            _stop_zygote()
+            print(f"grading: the kernel zygote did not start (sys.executable={sys.executable}); "
+                  "kernels start one by one", file=sys.stderr)
+            return
+        _ZYGOTE.update(key=key, proc=proc, dir=folder)
 
     def _launch_spare(self, base: Path) -> None:
         """Launch a kernel for the next submission: it starts up while this one is graded.
@@ -126,6 +182,7 @@ class JudgedExecute(NbGraderPreprocessor):
         base = Path(self.scratch_dir or tempfile.gettempdir())
         base.mkdir(parents=True, exist_ok=True)
         spare = self._take_spare(base)
+        self._ensure_zygote(base)
         scratch = spare[1] if spare else Path(tempfile.mkdtemp(prefix=f"{student}-", dir=base))
         notes: list[str] = []
         timings: dict = {}
@@ -161,10 +218,31 @@ class JudgedExecute(NbGraderPreprocessor):
         return context_sources(nb, self.judge_context.get(assignment, []))
 
 
+def _stop_zygote() -> None:
+    """Kill the zygote (its sandbox, with any kernel still forked from it) and remove its folder."""
+    import os
+    import signal
+
+    proc, folder = _ZYGOTE.pop("proc", None), _ZYGOTE.pop("dir", None)
+    _ZYGOTE.clear()
+    if proc is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
+            pass
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @atexit.register
 def _discard() -> None:
-    """At exit: kill a spare kernel no submission needed, and remove its folder."""
+    """At exit: kill a spare kernel no submission needed, and the zygote; remove their folders."""
     spare = _SPARE.pop("next", None)
     if spare is not None:
         spare[0].stop()
         shutil.rmtree(spare[1], ignore_errors=True)
+    _stop_zygote()

@@ -109,8 +109,9 @@ class KernelSession:
 
     def __init__(self, kernel_name: str, workdir: Path, env: dict,
                  extra_arguments: list[str] | None = None, ipc: bool = True, startup_timeout: float = 120,
-                 copy: Path | None = None):
+                 copy: Path | None = None, conn_base: Path | None = None):
         self.kernel_name, self.workdir = kernel_name, Path(workdir)
+        self.conn_base = conn_base  # where connection folders go (a zygote's folder); default /tmp
         self.env, self.extra_arguments, self.ipc = dict(env), list(extra_arguments or []), ipc
         self.startup_timeout, self.copy = startup_timeout, copy
         self.km = self.kc = None
@@ -135,7 +136,7 @@ class KernelSession:
         self.starts += 1
         self.workdir.mkdir(parents=True, exist_ok=True)
         # UNIX socket paths are limited to about 100 bytes: the connection folder must be short
-        conn = Path(tempfile.mkdtemp(prefix="ck", dir=_short_tmp()))
+        conn = Path(tempfile.mkdtemp(prefix="ck", dir=self.conn_base or _short_tmp()))
         self.conn_dirs.append(conn)
         km = KernelManager(kernel_name=self.kernel_name)
         km.connection_file = str(conn / "kernel.json")

@@ -44,6 +44,7 @@ DEFAULT_TMP_MB = 512     # /tmp inside the sandbox (RAM)
 DEFAULT_WORK_MB = 512    # the kernel's working folder (RAM)
 DEFAULT_FILE_MB = 512    # the largest file the kernel may write
 DEV = Path("/dev")
+ZYGOTE_SCRIPT = "/course-zygote.py"  # where autograder/zygote.py is inside the zygote's sandbox
 COURSE_ROOT = Path(__file__).resolve().parent.parent
 
 # /etc files the dynamic loader, locale, fonts and a few libraries read
@@ -113,13 +114,16 @@ def readable_paths() -> list[Path]:
     return [p for p in out if not any(p != q and p.is_relative_to(q) for q in out)]
 
 
-def bwrap_command(kernel_cmd: list[str], *, workdir: Path, conn_dir: Path, gpu: bool = False,
+def bwrap_command(kernel_cmd: list[str], *, workdir: Path | None, conn_dir: Path, gpu: bool = False,
                   tmp_mb: int = DEFAULT_TMP_MB, work_mb: int = DEFAULT_WORK_MB,
                   copy_fd: int | None = None, copy_name: str | None = None,
-                  env: dict | None = None) -> list[str]:
+                  env: dict | None = None, zygote_base: Path | None = None) -> list[str]:
     """The bubblewrap command line that runs ``kernel_cmd`` as described in the module
     docstring.  ``workdir`` becomes an empty tmpfs (``copy_fd`` is written into it as
-    ``copy_name``); ``conn_dir`` is bound read-write."""
+    ``copy_name``); ``conn_dir`` is bound read-write.  For a zygote (``autograder.zygote``):
+    no working folder, an empty mount point at ``zygote_base`` where each kernel's working
+    folder will go, and the root and ``/dev`` read-only, so that nothing a kernel forked from
+    it could write outlives that kernel."""
     cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--clearenv",
            "--ro-bind", "/usr", "/usr"]
@@ -131,7 +135,11 @@ def bwrap_command(kernel_cmd: list[str], *, workdir: Path, conn_dir: Path, gpu: 
             cmd += ["--ro-bind", str(top), str(top)]
     for name in ETC_FILES:
         cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    # a zygote sees the host's /proc (it runs no student code): each kernel forked from it
+    # mounts a /proc of its own PID namespace, which the kernel allows only where some /proc
+    # is fully visible; bubblewrap's /proc has read-only parts bound over it
+    cmd += ["--bind", "/proc", "/proc"] if zygote_base is not None else ["--proc", "/proc"]
+    cmd += ["--dev", "/dev"]
     if gpu:  # on top of the fresh /dev, which has no GPU
         for node in gpu_nodes():
             cmd += ["--dev-bind", str(node), f"/dev/{node.name}"]
@@ -140,10 +148,16 @@ def bwrap_command(kernel_cmd: list[str], *, workdir: Path, conn_dir: Path, gpu: 
     cmd += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
     for p in readable_paths():
         cmd += ["--ro-bind", str(p), str(p)]
-    cmd += ["--size", str(work_mb << 20), "--tmpfs", str(workdir)]
-    if copy_fd is not None and copy_name:
-        cmd += ["--file", str(copy_fd), str(workdir / copy_name)]
-    cmd += ["--bind", str(conn_dir), str(conn_dir), "--chdir", str(workdir)]
+    if workdir is not None:
+        cmd += ["--size", str(work_mb << 20), "--tmpfs", str(workdir)]
+        if copy_fd is not None and copy_name:
+            cmd += ["--file", str(copy_fd), str(workdir / copy_name)]
+    if zygote_base is not None and not Path(zygote_base).is_relative_to("/tmp"):
+        cmd += ["--dir", str(zygote_base)]
+    cmd += ["--bind", str(conn_dir), str(conn_dir), "--chdir", str(workdir or "/")]
+    if zygote_base is not None:  # the zygote's code: one file, the grading package stays outside
+        cmd += ["--ro-bind", str(Path(__file__).with_name("zygote.py")), ZYGOTE_SCRIPT,
+                "--remount-ro", "/dev", "--remount-ro", "/"]
     for key, value in sorted((env or {}).items()):
         cmd += ["--setenv", key, value]
     return cmd + ["--"] + kernel_cmd
@@ -157,7 +171,7 @@ def kernel_env(source: dict | None = None) -> dict:
     env.update(HOME="/tmp", TMPDIR="/tmp", MPLCONFIGDIR="/tmp/mpl", LANG=env.get("LANG", "C.UTF-8"),
                PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
-    for var in ("COURSE_SANDBOX_WORKDIR", "COURSE_SANDBOX_COPY"):
+    for var in ("COURSE_SANDBOX_WORKDIR", "COURSE_SANDBOX_COPY", "COURSE_SANDBOX_ZYGOTE"):
         env.pop(var, None)
     return env
 
@@ -223,6 +237,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--gpu", action="store_true", help="bind the NVIDIA device nodes into the sandbox")
     parser.add_argument("--probe", action="store_true", help="run the probe instead of a kernel")
+    parser.add_argument("--zygote", action="store_true",
+                        help="run a zygote (autograder.zygote) listening on the socket given in place of "
+                             "the connection file")
+    parser.add_argument("--workbase", default="/tmp", help="zygote: the folder the kernels' working folders are in")
+    parser.add_argument("--preload", action="append", default=[], help="zygote: a module to import once")
     parser.add_argument("connection_file", type=Path)
     # whatever follows (e.g. --HistoryManager.hist_file=:memory:) is for the kernel
     args, kernel_args = parser.parse_known_args(argv)
@@ -239,8 +258,26 @@ def main(argv: list[str] | None = None) -> None:
     kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", str(args.connection_file), *kernel_args]
     if args.probe:
         kernel_cmd = [sys.executable, "-c", PROBE]
+    if args.zygote:
+        limits = {"memory_mb": args.memory_mb, "file_mb": args.file_mb, "tmp_mb": args.tmp_mb,
+                  "work_mb": args.work_mb, "workbase": str(Path(args.workbase).resolve())}
+        zygote_cmd = [sys.executable, ZYGOTE_SCRIPT, str(args.connection_file),
+                      "--limits", json.dumps(limits), *[f"--preload={m}" for m in args.preload]]
+        cmd = bwrap_command(zygote_cmd, workdir=None, conn_dir=args.connection_file.resolve().parent,
+                            tmp_mb=args.tmp_mb, env=env, zygote_base=Path(limits["workbase"]))
+        os.execvp(cmd[0], cmd)
     workdir = Path(os.environ.get("COURSE_SANDBOX_WORKDIR") or os.getcwd())
     copy = os.environ.get("COURSE_SANDBOX_COPY")
+    zygote = os.environ.get("COURSE_SANDBOX_ZYGOTE")
+    if zygote and not (args.no_bwrap or args.probe or args.gpu):
+        from .zygote import launch_through
+
+        request = {"connection_file": str(args.connection_file.resolve()), "workdir": str(workdir.resolve()),
+                   "env": env, "kernel_args": kernel_args, "copy_name": Path(copy).name if copy else None}
+        data = Path(copy).read_bytes() if copy and Path(copy).is_file() else b""
+        code = launch_through(zygote, request, data)
+        if code is not None:
+            sys.exit(code)
     if args.no_bwrap:
         os.chdir(workdir)
         os.execve(sys.executable, kernel_cmd, {**env, "HOME": str(workdir), "TMPDIR": str(workdir),

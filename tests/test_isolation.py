@@ -1,9 +1,10 @@
 """One fresh kernel in one fresh sandbox per submission, also now that a worker launches the
-next submission's kernel while the current one is graded (``JudgedExecute.prestart``): what
-a submission does to its kernel, its files and its environment never reaches the next one.
+next submission's kernel while the current one is graded (``JudgedExecute.prestart``) and
+forks it from a zygote that imported torch once (``autograder.zygote``): what a submission
+does to its kernel, its files and its environment never reaches the next one.
 
 Two submissions go to one worker, in order.  The first plants state everywhere it can
-(a file in ``/tmp`` and in its working folder, an environment variable, an attribute on the
+(a file in ``/tmp``, ``/dev/shm`` and its working folder, an environment variable, an attribute on the
 torch module, a patched ``torch.softmax``); the second is a correct answer with one extra
 cell that breaks its own Q2 answer if it sees any of that.  The control plants and checks
 in the same notebook, so the check is shown to bite.
@@ -22,13 +23,14 @@ PLANT = '''\
 import os, pathlib, torch
 pathlib.Path("/tmp/planted").write_text("x")
 pathlib.Path("planted.txt").write_text("x")
+pathlib.Path("/dev/shm/planted").write_text("x")
 os.environ["COURSE_PLANTED"] = "1"
 torch._planted = True
 torch.softmax = lambda *args, **kwargs: None
 '''
 CHECK = '''\
 import os, torch
-_leaks = [p for p in ("/tmp/planted", "planted.txt") if os.path.exists(p)]
+_leaks = [p for p in ("/tmp/planted", "planted.txt", "/dev/shm/planted") if os.path.exists(p)]
 _leaks += ["environment"] if "COURSE_PLANTED" in os.environ else []
 _leaks += ["torch module"] if hasattr(torch, "_planted") or torch.softmax(torch.zeros(2), 0) is None else []
 if _leaks:

@@ -1,0 +1,146 @@
+"""Kernels forked from the zygote (``autograder.zygote``) get a sandbox as strict as the one
+bubblewrap builds for a kernel started on its own, and nothing of one kernel reaches the next.
+
+Each test drives real kernels the way ``JudgedExecute`` does: a kernelspec of the course
+sandbox, one zygote per grading process, one ``KernelSession`` per submission.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import execute, sandbox
+
+pytestmark = pytest.mark.skipif(not sandbox.bwrap_works(), reason="bubblewrap cannot create namespaces here")
+
+PROBE = '''\
+import json, os, resource
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+def writable(path):
+    try:
+        with open(os.path.join(path, ".probe"), "w") as f:
+            f.write("x")
+        os.remove(os.path.join(path, ".probe"))
+        return True
+    except OSError:
+        return False
+found = {}
+for place in ("/tmp", "/dev/shm", "."):
+    found[place] = sorted(os.listdir(place))
+print(json.dumps({
+    "pid": os.getpid(),
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "cap_eff": int(status["CapEff"].strip(), 16), "cap_bnd": int(status["CapBnd"].strip(), 16),
+    "no_new_privs": status.get("NoNewPrivs", "").strip(),
+    "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
+    "env": sorted(os.environ),
+    "writable": {p: writable(p) for p in ("/", "/dev", "/dev/shm", "/tmp", ".")},
+    "proc_sys_ro": any(m.split()[4] == "/proc/sys" and "ro" in m.split()[5].split(",")
+                       for m in open("/proc/self/mountinfo")),
+    "found": found,
+}))
+for place in ("/tmp", "/dev/shm", "."):
+    open(os.path.join(place, "planted"), "w").write("from the previous kernel")
+'''
+
+
+@pytest.fixture
+def grader(tmp_path, monkeypatch):
+    """A course kernelspec, a scratch base and the JudgedExecute that owns the zygote."""
+    sandbox.install_kernelspec(tmp_path / "jupyter", threads=1, memory_mb=4096)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("GRADER_API_TOKEN", "not for kernels")  # not on the allow-list
+    base = tmp_path / "base"
+    base.mkdir()
+    je = execute.JudgedExecute()
+    yield je, base
+    execute._stop_zygote()
+
+
+def _run(je, base: Path, code: str, copy_text: str = "{}"):
+    scratch = Path(os.path.join(base, f"s{time.monotonic_ns()}"))
+    scratch.mkdir()
+    copy = scratch / "submission.ipynb"
+    copy.write_text(copy_text)
+    session = je._session(scratch, copy)
+    session.start()
+    try:
+        run = session.execute(code, timeout=60)
+        assert run.status == "ok", run.outputs
+        text = "".join(o.get("text", "") for o in run.outputs if o.get("name") == "stdout")
+        return json.loads(text.strip().splitlines()[-1])
+    finally:
+        session.stop()
+
+
+def test_a_forked_kernel_gets_a_sandbox_of_its_own(grader):
+    je, base = grader
+    je._ensure_zygote(base)
+    assert execute._ZYGOTE.get("proc") is not None, "the zygote did not start"
+    first = _run(je, base, PROBE)
+    # shape: the kernel is PID 1 of a namespace of its own (bubblewrap's kernel is PID 2)
+    assert first["pid"] == 1, first
+    assert max(first["pids"]) < 100, first["pids"]
+    # values: no capability now or after exec, the memory limit, the cleared environment
+    assert first["cap_eff"] == 0 and first["cap_bnd"] == 0 and first["no_new_privs"] == "1", first
+    assert first["memory"] == 4096 << 20
+    assert "GRADER_API_TOKEN" not in first["env"] and "COURSE_SANDBOX_ZYGOTE" not in first["env"]
+    assert first["found"]["."] == ["submission.ipynb"] and "planted" not in first["found"]["/tmp"]
+    assert first["writable"] == {"/": False, "/dev": False, "/dev/shm": True, "/tmp": True, ".": True}, first
+    assert first["proc_sys_ro"]
+    # behaviour: what the first kernel planted everywhere it could write is gone for the next
+    second = _run(je, base, PROBE)
+    assert second["pid"] == 1
+    assert all("planted" not in names for names in second["found"].values()), second["found"]
+    assert second["found"]["/dev/shm"] == [] and second["found"]["."] == ["submission.ipynb"]
+
+
+def test_kernels_fall_back_to_bubblewrap_when_the_zygote_is_gone(grader):
+    je, base = grader
+    je._ensure_zygote(base)
+    os.killpg(execute._ZYGOTE["proc"].pid, 9)
+    execute._ZYGOTE["proc"].wait()
+    execute._ZYGOTE["proc"] = None  # keep the dead zygote's socket path in the kernels' environment
+    out = _run(je, base, PROBE)
+    print(out["found"])
+    assert out["pid"] == 2, "expected a kernel started by bubblewrap (PID 2 under bwrap's init)"
+    assert out["found"]["."] == ["submission.ipynb"]
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def test_stopping_a_session_kills_its_forked_kernel(grader):
+    je, base = grader
+    je._ensure_zygote(base)
+    zygote = execute._ZYGOTE["proc"].pid
+    idle = len(_descendants(zygote))
+    scratch = base / "one"
+    scratch.mkdir()
+    session = je._session(scratch, None)
+    session.start()
+    assert session.execute("import os; os.getpid()", timeout=60).status == "ok"
+    assert len(_descendants(zygote)) >= idle + 2  # the child that built the sandbox, and the kernel
+    session.stop()
+    deadline = time.monotonic() + 5
+    while len(_descendants(zygote)) > idle and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_descendants(zygote)) == idle
