@@ -117,13 +117,16 @@ def readable_paths() -> list[Path]:
 def bwrap_command(kernel_cmd: list[str], *, workdir: Path | None, conn_dir: Path, gpu: bool = False,
                   tmp_mb: int = DEFAULT_TMP_MB, work_mb: int = DEFAULT_WORK_MB,
                   copy_fd: int | None = None, copy_name: str | None = None,
-                  env: dict | None = None, zygote_base: Path | None = None) -> list[str]:
+                  env: dict | None = None, zygote_base: Path | None = None,
+                  zygote_rebind: list | None = None) -> list[str]:
     """The bubblewrap command line that runs ``kernel_cmd`` as described in the module
     docstring.  ``workdir`` becomes an empty tmpfs (``copy_fd`` is written into it as
     ``copy_name``); ``conn_dir`` is bound read-write.  For a zygote (``autograder.zygote``):
     no working folder, an empty mount point at ``zygote_base`` where each kernel's working
     folder will go, and the root and ``/dev`` read-only, so that nothing a kernel forked from
-    it could write outlives that kernel."""
+    it could write outlives that kernel.  ``zygote_rebind`` ([second place, folder] pairs)
+    binds the read-only folders that live under /tmp a second time outside it: a kernel
+    forked from the zygote covers /tmp with a fresh tmpfs and binds them back from there."""
     cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--clearenv",
            "--ro-bind", "/usr", "/usr"]
@@ -148,6 +151,8 @@ def bwrap_command(kernel_cmd: list[str], *, workdir: Path | None, conn_dir: Path
     cmd += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
     for p in readable_paths():
         cmd += ["--ro-bind", str(p), str(p)]
+    for second, folder in zygote_rebind or []:
+        cmd += ["--ro-bind", str(folder), str(second)]
     if workdir is not None:
         cmd += ["--size", str(work_mb << 20), "--tmpfs", str(workdir)]
         if copy_fd is not None and copy_name:
@@ -259,12 +264,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.probe:
         kernel_cmd = [sys.executable, "-c", PROBE]
     if args.zygote:
+        readable = [str(p) for p in readable_paths()]
         limits = {"memory_mb": args.memory_mb, "file_mb": args.file_mb, "tmp_mb": args.tmp_mb,
-                  "work_mb": args.work_mb, "workbase": str(Path(args.workbase).resolve())}
+                  "work_mb": args.work_mb, "workbase": str(Path(args.workbase).resolve()), "readable": readable,
+                  "rebind": [[f"/.course-ro/{i}", p] for i, p in enumerate(readable) if Path(p).is_relative_to("/tmp")]}
         zygote_cmd = [sys.executable, ZYGOTE_SCRIPT, str(args.connection_file),
                       "--limits", json.dumps(limits), *[f"--preload={m}" for m in args.preload]]
         cmd = bwrap_command(zygote_cmd, workdir=None, conn_dir=args.connection_file.resolve().parent,
-                            tmp_mb=args.tmp_mb, env=env, zygote_base=Path(limits["workbase"]))
+                            tmp_mb=args.tmp_mb, env=env, zygote_base=Path(limits["workbase"]),
+                            zygote_rebind=limits["rebind"])
         os.execvp(cmd[0], cmd)
     workdir = Path(os.environ.get("COURSE_SANDBOX_WORKDIR") or os.getcwd())
     copy = os.environ.get("COURSE_SANDBOX_COPY")

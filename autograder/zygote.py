@@ -133,6 +133,10 @@ def build_sandbox(limits: dict, request: dict, copy: bytes) -> None:
     _mount("tmpfs", "/tmp", "tmpfs", flags, f"size={limits['tmp_mb']}m,mode=755,{owner}")
     os.makedirs(conn_dir)
     _mount("/dev/shm", conn_dir, None, MS_MOVE)  # only its own connection folder, at its own path
+    for second, folder in limits.get("rebind", []):  # read-only folders that live under /tmp
+        os.makedirs(folder, exist_ok=True)
+        _mount(second, folder, None, MS_BIND | MS_REC)
+        _mount(None, folder, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     _mount("tmpfs", "/dev/shm", "tmpfs", flags | MS_NOEXEC, f"size={limits['tmp_mb']}m,mode=1777,{owner}")
     # the working folder: a fresh tmpfs over the zygote's (empty, read-only) scratch base
     base = limits["workbase"]
@@ -171,6 +175,9 @@ def become_kernel(limits: dict, request: dict, ready_fd: int) -> None:
         os.dup2(devnull, 0)
         os.closerange(3, ready_fd)
         os.closerange(ready_fd + 1, 65536)
+        missing = [p for p in limits.get("readable", []) if not os.path.isdir(p)]
+        if missing:
+            raise SetupError(f"not visible in the sandbox: {missing[0]}")
         os.chdir(request["workdir"])
         sys.path[0] = request["workdir"]  # as ``python -m ipykernel_launcher`` started there would have it
         env = {str(k): str(v) for k, v in request["env"].items()}

@@ -28,7 +28,8 @@ def writable(path):
         return True
     except OSError:
         return False
-found = {}
+shared = "@SHARED@"
+found = {"shared": sorted(os.listdir(shared)) if os.path.isdir(shared) else None}
 for place in ("/tmp", "/dev/shm", "."):
     found[place] = sorted(os.listdir(place))
 print(json.dumps({
@@ -38,7 +39,7 @@ print(json.dumps({
     "no_new_privs": status.get("NoNewPrivs", "").strip(),
     "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
     "env": sorted(os.environ),
-    "writable": {p: writable(p) for p in ("/", "/dev", "/dev/shm", "/tmp", ".")},
+    "writable": {p: writable(p) for p in ("/", "/dev", "/dev/shm", "/tmp", ".", shared)},
     "proc_sys_ro": any(m.split()[4] == "/proc/sys" and "ro" in m.split()[5].split(",")
                        for m in open("/proc/self/mountinfo")),
     "found": found,
@@ -52,16 +53,25 @@ for place in ("/tmp", "/dev/shm", "."):
 def grader(tmp_path, monkeypatch):
     """A course kernelspec, a scratch base and the JudgedExecute that owns the zygote."""
     sandbox.install_kernelspec(tmp_path / "jupyter", threads=1, memory_mb=4096)
+    # a read-only folder under /tmp (a checkout or venv there, as in CI): /tmp is replaced
+    # in each forked kernel, and the folder must still be there
+    shared = Path("/tmp") / f"course-ro-{os.getpid()}"
+    shared.mkdir(exist_ok=True)
+    (shared / "marker").write_text("x")
+    monkeypatch.setenv("COURSE_SANDBOX_READONLY", str(shared))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("GRADER_API_TOKEN", "not for kernels")  # not on the allow-list
     base = tmp_path / "base"
     base.mkdir()
     je = execute.JudgedExecute()
-    yield je, base
+    yield je, base, shared
     execute._stop_zygote()
+    import shutil
+
+    shutil.rmtree(shared, ignore_errors=True)
 
 
-def _run(je, base: Path, code: str, copy_text: str = "{}"):
+def _run(je, base: Path, code: str, shared: Path, copy_text: str = "{}"):
     scratch = Path(os.path.join(base, f"s{time.monotonic_ns()}"))
     scratch.mkdir()
     copy = scratch / "submission.ipynb"
@@ -69,7 +79,7 @@ def _run(je, base: Path, code: str, copy_text: str = "{}"):
     session = je._session(scratch, copy)
     session.start()
     try:
-        run = session.execute(code, timeout=60)
+        run = session.execute(code.replace("@SHARED@", str(shared)), timeout=60)
         assert run.status == "ok", run.outputs
         text = "".join(o.get("text", "") for o in run.outputs if o.get("name") == "stdout")
         return json.loads(text.strip().splitlines()[-1])
@@ -78,10 +88,10 @@ def _run(je, base: Path, code: str, copy_text: str = "{}"):
 
 
 def test_a_forked_kernel_gets_a_sandbox_of_its_own(grader):
-    je, base = grader
+    je, base, shared = grader
     je._ensure_zygote(base)
     assert execute._ZYGOTE.get("proc") is not None, "the zygote did not start"
-    first = _run(je, base, PROBE)
+    first = _run(je, base, PROBE, shared)
     # shape: the kernel is PID 1 of a namespace of its own (bubblewrap's kernel is PID 2)
     assert first["pid"] == 1, first
     assert max(first["pids"]) < 100, first["pids"]
@@ -90,22 +100,25 @@ def test_a_forked_kernel_gets_a_sandbox_of_its_own(grader):
     assert first["memory"] == 4096 << 20
     assert "GRADER_API_TOKEN" not in first["env"] and "COURSE_SANDBOX_ZYGOTE" not in first["env"]
     assert first["found"]["."] == ["submission.ipynb"] and "planted" not in first["found"]["/tmp"]
-    assert first["writable"] == {"/": False, "/dev": False, "/dev/shm": True, "/tmp": True, ".": True}, first
+    assert first["writable"] == {"/": False, "/dev": False, "/dev/shm": True, "/tmp": True, ".": True,
+                                 str(shared): False}, first
+    assert first["found"]["shared"] == ["marker"], "a read-only folder under /tmp went missing"
     assert first["proc_sys_ro"]
     # behaviour: what the first kernel planted everywhere it could write is gone for the next
-    second = _run(je, base, PROBE)
+    second = _run(je, base, PROBE, shared)
     assert second["pid"] == 1
     assert all("planted" not in names for names in second["found"].values()), second["found"]
     assert second["found"]["/dev/shm"] == [] and second["found"]["."] == ["submission.ipynb"]
+    assert second["found"]["shared"] == ["marker"]
 
 
 def test_kernels_fall_back_to_bubblewrap_when_the_zygote_is_gone(grader):
-    je, base = grader
+    je, base, shared = grader
     je._ensure_zygote(base)
     os.killpg(execute._ZYGOTE["proc"].pid, 9)
     execute._ZYGOTE["proc"].wait()
     execute._ZYGOTE["proc"] = None  # keep the dead zygote's socket path in the kernels' environment
-    out = _run(je, base, PROBE)
+    out = _run(je, base, PROBE, shared)
     print(out["found"])
     assert out["pid"] == 2, "expected a kernel started by bubblewrap (PID 2 under bwrap's init)"
     assert out["found"]["."] == ["submission.ipynb"]
@@ -129,7 +142,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 def test_stopping_a_session_kills_its_forked_kernel(grader):
-    je, base = grader
+    je, base, shared = grader
     je._ensure_zygote(base)
     zygote = execute._ZYGOTE["proc"].pid
     idle = len(_descendants(zygote))
