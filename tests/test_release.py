@@ -25,14 +25,12 @@ def test_every_source_has_a_committed_exercise():
 
 
 def test_release_is_deterministic_and_in_sync(tmp_path):
-    """Regenerating gives byte-identical files, equal to the committed exercises/."""
+    """Regenerating gives files byte-identical to the committed exercises/, which an earlier
+    run (another process, another day, maybe another machine) wrote: deterministic and in sync."""
     first = release(out_dir=tmp_path / "a")
-    second = release(out_dir=tmp_path / "b")
-    assert [p.relative_to(tmp_path / "a") for p in first] == [p.relative_to(tmp_path / "b") for p in second]
     assert any(p.suffix == ".json" for p in first), "release must write the self-check specs"
     for p in first:
         rel = p.relative_to(tmp_path / "a")
-        assert p.read_bytes() == (tmp_path / "b" / rel).read_bytes(), f"{rel} differs between two releases"
         committed = (ROOT / "coursekit" / "checks" / rel.name if rel.parts[0] == ".checks"
                      else ROOT / "exercises" / rel)
         assert committed.exists(), f"{committed.relative_to(ROOT)} is not committed"
@@ -103,8 +101,13 @@ def _validator(**kw) -> Validator:
     return Validator(config=c, **kw)
 
 
-@pytest.mark.parametrize("src", source_notebooks(), ids=lambda p: p.parent.name)
+# finetune is left out here: fine-tuning takes a minute or more, and
+# tests/test_finetune.py::test_solution_gets_every_autograded_point already runs this solution
+# through the grading pipeline and checks every autograded point
+@pytest.mark.parametrize("src", [p for p in source_notebooks() if p.parent.name != "finetune"],
+                         ids=lambda p: p.parent.name)
 def test_nbgrader_validate_solution_passes(src):
+    """nbgrader validate on the source notebook: every cell runs and every test passes."""
     result = _validator().validate(str(src))
     assert not result, f"nbgrader validate failed on {src.name}: {str(result)[:2000]}"
 

@@ -36,14 +36,13 @@ def _grades(path: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def small_class(tmp_path_factory) -> Path:
-    """Six students: right, one wrong function, untouched, a crash, right again, wrong again."""
+    """Four students: right, one wrong function, untouched, a crash."""
     folder = tmp_path_factory.mktemp("class") / "subs"
     folder.mkdir()
     right = filled_exercise("attention")
     wrong = set_solution(filled_exercise("attention"), "calculate_multihead_attention", WRONG_SOFTMAX)
     crash = set_solution(filled_exercise("attention"), "get_multihead_qkv", "raise RuntimeError('boom')")
-    for sid, nb in [("s1", right), ("s2", wrong), ("s3", read_nb(EXERCISE)), ("s4", crash),
-                    ("s5", right), ("s6", wrong)]:
+    for sid, nb in [("s1", right), ("s2", wrong), ("s3", read_nb(EXERCISE)), ("s4", crash)]:
         nbformat.write(nb, folder / f"{sid}_attention.ipynb")
     return folder
 
@@ -54,8 +53,7 @@ def local_grades(small_class, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("local")
     grade("attention", small_class, out_dir=tmp / "out", grading_dir=tmp / "grading", workers=2)
     got = _grades(tmp / "out" / "grades.csv")
-    assert {sid: r["total"] for sid, r in got.items()} == {"s1": "30", "s2": "24", "s3": "0", "s4": "24",
-                                                           "s5": "30", "s6": "24"}
+    assert {sid: r["total"] for sid, r in got.items()} == {"s1": "30", "s2": "24", "s3": "0", "s4": "24"}
     return got
 
 
@@ -189,7 +187,7 @@ def test_a_worker_that_dies_mid_run_loses_no_submission(dask_cluster, small_clas
             busy = [w for w, keys in client.processing().items()
                     if any(str(k).startswith("grade-") for k in keys)]
             if busy:
-                time.sleep(2.0)  # well inside the submission: its kernel is running student code
+                time.sleep(0.5)  # inside the task: nbgrader and the kernel are starting or running
                 os.kill(pids[busy[0]], signal.SIGKILL)
                 killed.append(busy[0])
                 return
