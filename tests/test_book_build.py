@@ -19,6 +19,20 @@ def page(request, built_book):
     return request.param
 
 
+def test_the_build_reads_no_environment_folder(tmp_path):
+    """Sphinx skips the virtual environments in the checkout (.venv/, .venv-compat/ of test_compat)."""
+    import yaml
+    from sphinx.util.matching import get_matching_files
+
+    patterns = yaml.safe_load((ROOT / "_config.yml").read_text())["exclude_patterns"]
+    # a package's template page, like the one that stopped the build with a YAML error
+    for rel in [".venv/lib/site-packages/pkg/card.md", ".venv-compat/lib/site-packages/pkg/card.md",
+                ".venv-compat/card.md", "book/page.md"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("---\n{{ card_data }}\n---\n")
+    read = sorted(get_matching_files(tmp_path, include_patterns=["**"], exclude_patterns=patterns))
+    assert read == ["book/page.md"], f"the book build would read {read}"
+
 def test_every_page_makes_figures():
     # the checks below compare against these counts: a page whose figures are not counted
     # here would pass them trivially

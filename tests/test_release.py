@@ -101,10 +101,14 @@ def _validator(**kw) -> Validator:
     return Validator(config=c, **kw)
 
 
-# finetune is left out here: fine-tuning takes a minute or more, and
-# tests/test_finetune.py::test_solution_gets_every_autograded_point already runs this solution
-# through the grading pipeline and checks every autograded point
-@pytest.mark.parametrize("src", [p for p in source_notebooks() if p.parent.name != "finetune"],
+# The two slow solutions are left out here: the grading pipeline already runs them and checks
+# every autograded point (tests/test_finetune.py::test_solution_gets_every_autograded_point,
+# tests/test_arithmetic_assignments.py::test_plora_solution_scores_all_autograded_points);
+# fine-tuning and the LoRA runs would take another 90 s here
+SLOW_SOLUTIONS = {"finetune", "parameters_and_lora"}
+
+
+@pytest.mark.parametrize("src", [p for p in source_notebooks() if p.parent.name not in SLOW_SOLUTIONS],
                          ids=lambda p: p.parent.name)
 def test_nbgrader_validate_solution_passes(src):
     """nbgrader validate on the source notebook: every cell runs and every test passes."""
