@@ -8,8 +8,12 @@ and limits, JudgedExecute, nbgrader's autograde and feedback, in the worker's ow
 in a private folder, and sends back the result: the batch's gradebook rows (its own SQLite
 gradebook, or nothing when the workers write to a shared PostgreSQL gradebook), each autograded
 notebook and feedback page.  The instructor's process merges them into the course's folders as
-they arrive.  Dask retries a task whose worker died on another worker; merging replaces a
-student's earlier rows, so a submission graded twice is in the gradebook once.
+they arrive.  Dask retries a task whose worker died on another worker (the scheduler's
+``distributed.scheduler.allowed-failures`` bounds how many workers one task may take down), and
+a task that raised once more (``retries=1``); merging replaces a student's earlier rows, so a
+submission graded twice is in the gradebook once.  A batch that fails for good is split: each
+of its submissions is graded again as a task of its own, so one submission that brings its
+worker down is reported as not graded, with the reason, and costs the others nothing.
 
 Before the first task, every worker builds (or finds in its own cache) the offline models the
 assignment loads.  Start workers with one thread each (the grader changes its process's
@@ -38,6 +42,7 @@ import nbformat
 from .settings import GradingSettings, environ as _environ
 
 _LOCK = threading.Lock()  # one task at a time changes this process's environment
+_PREPARED: set[tuple] = set()  # the model lists this worker process has built or found
 _SANDBOX: dict = {}        # per worker process: does bubblewrap work, does the GPU work inside it
 _SCRATCH: dict = {}        # per worker process: the kernels' scratch folder (see _scratch_base)
 
@@ -114,6 +119,7 @@ def prepare_models(models: list, env: dict) -> str:
         warning = warm_models(models, env)
     if warning:
         raise RuntimeError(f"{socket.gethostname()}: {warning}")
+    _PREPARED.add(tuple(models))
     return str(course_cache_dir())
 
 
@@ -123,6 +129,8 @@ def grade_batch(spec: TaskSpec) -> BatchResult:
     from .worker import main as run_nbgrader
 
     settings = GradingSettings(**spec.settings)
+    if tuple(spec.models) not in _PREPARED:  # a worker that joined (or restarted) after the run began
+        prepare_models(list(spec.models), dict(settings.env))
     host = socket.gethostname()
     tag = spec.students[0] if len(spec.students) == 1 else f"{spec.students[0]}-and-{len(spec.students) - 1}"
     with _LOCK, tempfile.TemporaryDirectory(prefix=f"grade-{tag}-") as tmp:
@@ -194,7 +202,8 @@ def connect(address: str):
 
 def execute_on_cluster(assignment: str, notebooks: dict, nb_name: str, grading: Path, feedback_dir: Path,
                        settings: GradingSettings, main_url: str):
-    """The execute-and-judge stage on Dask: one task per submission, merged as they arrive."""
+    """The execute-and-judge stage on Dask: one task per small batch of submissions, merged as they
+    arrive; a batch that fails for good is graded again one submission per task."""
     from distributed import as_completed
 
     from .course import load
@@ -220,20 +229,30 @@ def execute_on_cluster(assignment: str, notebooks: dict, nb_name: str, grading: 
         sids = sorted(notebooks)
         size = batch_size(len(sids), len(client.scheduler_info().get("workers", {})))
         futures = {}
-        for start in range(0, len(sids), size):
-            batch = sids[start:start + size]
+
+        def submit(batch: list[str]):
             task = TaskSpec(assignment, batch, [nbformat.writes(notebooks[sid]) for sid in batch], nb_name,
                             release_db, None if main_db is not None else main_url, plain, list(spec.models))
-            futures[client.submit(grade_batch, task, key=f"grade-{assignment}-{batch[0]}-{os.getpid()}-{id(notebooks)}",
-                                  pure=False, retries=1)] = batch
+            key = f"grade-{assignment}-{batch[0]}-n{len(batch)}-{os.getpid()}-{id(notebooks)}"
+            future = client.submit(grade_batch, task, key=key, pure=False, retries=1)
+            futures[future] = batch
+            return future
+
+        running = as_completed([submit(sids[start:start + size]) for start in range(0, len(sids), size)])
         outcomes = {}
-        for future in as_completed(futures):
+        for future in running:
             batch = futures[future]
             try:
                 result: BatchResult = future.result()
-            except Exception as exc:  # noqa: BLE001 - a task that failed twice: these students' rows say why
-                for sid in batch:
-                    outcomes[sid] = Outcome(False, [], f"grading failed on the cluster: {type(exc).__name__}: {exc}"[:300])
+            except Exception as exc:  # noqa: BLE001 - a task that failed for good (raised twice, or took
+                # down as many workers as the scheduler's allowed-failures lets it)
+                if len(batch) > 1:
+                    # one submission may have brought the whole batch down: each is graded again
+                    # alone, so that it costs only itself
+                    for sid in batch:
+                        running.add(submit([sid]))
+                    continue
+                outcomes[batch[0]] = Outcome(False, [], f"grading failed on the cluster: {type(exc).__name__}: {exc}"[:300])
                 continue
             _store(result, assignment, nb_name, grading, feedback_dir, main_db, merge_gradebook)
             for r in result.results:

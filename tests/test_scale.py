@@ -205,6 +205,39 @@ def test_a_worker_that_dies_mid_run_loses_no_submission(dask_cluster, small_clas
     assert_gradebook_consistent(f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}", "attention", set(local_grades))
 
 
+def test_a_submission_that_takes_down_its_workers_costs_only_itself(small_class, local_grades, tmp_path,
+                                                                    monkeypatch):
+    """Tasks of two submissions; s4's task kills every worker that runs it: its batch is
+    split, s3 is graded alone as usual, s4 alone is reported not graded with a reason."""
+    distributed = pytest.importorskip("distributed")
+    import dask
+
+    from autograder import cluster
+
+    def kills_its_worker_on_s4(spec):  # runs in the worker process (pickled by value)
+        import os
+
+        from autograder import cluster as real
+
+        if "s4" in spec.students:
+            os._exit(3)  # as a worker killed by the kernel's OOM killer would
+        return real.grade_batch(spec)
+
+    monkeypatch.setattr(cluster, "batch_size", lambda n, workers: 2)
+    monkeypatch.setattr(cluster, "grade_batch", kills_its_worker_on_s4)
+    # the scheduler gives up on a task after it took down two workers (Dask's default: four)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None, silence_logs=50) as lc:
+        report = grade("attention", small_class, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading",
+                       cluster=lc.scheduler_address)
+    by_id = {r.student_id: r for r in report.results}
+    assert by_id["s4"].status != "graded" and "cluster" in by_id["s4"].message, report.table()
+    got = _grades(tmp_path / "out" / "grades.csv")
+    assert {sid: got[sid] for sid in ("s1", "s2", "s3")} == {sid: local_grades[sid] for sid in ("s1", "s2", "s3")}
+    assert_gradebook_consistent(f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}", "attention",
+                                {"s1", "s2", "s3"})
+
 def test_a_worker_with_an_empty_cache_builds_the_models_first(tmp_path):
     """Before any task, every worker builds the assignment's offline models into its own cache."""
     distributed = pytest.importorskip("distributed")
