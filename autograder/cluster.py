@@ -123,6 +123,45 @@ def prepare_models(models: list, env: dict) -> str:
     return str(course_cache_dir())
 
 
+def prepare_worker_process(models: list, env: dict, memory_mb: int, mode: str) -> dict:
+    """Everything this worker needs before its first task: the models in its cache and its
+    sandbox probed (``worker_sandbox``).  Returns what the sandbox is here."""
+    prepare_models(models, env)
+    bwrap, gpu = worker_sandbox(memory_mb, mode)
+    return {"host": socket.gethostname(), "bwrap": bwrap, "gpu": gpu}
+
+
+def check_workers(settings: GradingSettings, models: list):
+    """The sandbox check of a cluster run, done where student code will run: every worker
+    prepares the models and probes its own sandbox (the instructor's machine, a login node
+    maybe, needs neither bubblewrap nor the models).  Returns (SandboxInfo, warnings); a
+    worker that cannot get ready stops the run with one line naming it, before any grading."""
+    from .grade import GradingError, SandboxInfo
+
+    client = connect(settings.cluster)
+    try:
+        try:
+            client.wait_for_workers(1, timeout=120)
+        except TimeoutError:
+            raise GradingError(f"the Dask scheduler {settings.cluster} has no workers (waited 120 s)") from None
+        try:
+            seen = client.run(prepare_worker_process, list(models), dict(settings.env), settings.memory_mb,
+                              settings.sandbox)
+        except Exception as exc:  # noqa: BLE001 - one line that names the worker; nobody graded yet
+            raise GradingError(f"a Dask worker could not get ready to grade (models {list(models)}, "
+                               f"sandbox): {exc}"[:300]) from None
+    finally:
+        client.close()
+    bare = sorted({w["host"] for w in seen.values() if not w["bwrap"]})
+    warnings = []
+    if bare:
+        warnings.append(f"WARNING: student code runs WITHOUT a sandbox on the Dask workers of {', '.join(bare)} "
+                        "(bubblewrap " + ("disabled" if settings.sandbox == "off" else "not available there") +
+                        "): it can read files and reach the network; only the resource limits apply.")
+    gpu = all(w["gpu"] for w in seen.values())
+    return SandboxInfo(bwrap=not bare, gpu=gpu, device="cuda" if gpu else "cpu"), warnings
+
+
 def grade_batch(spec: TaskSpec) -> BatchResult:
     """Grade a batch of submissions on this worker (see the module docstring)."""
     from .workers import judged_args, nbgrader_args, prepare_worker, scores, status, worker_env
@@ -218,11 +257,8 @@ def execute_on_cluster(assignment: str, notebooks: dict, nb_name: str, grading: 
             client.wait_for_workers(1, timeout=120)
         except TimeoutError:
             raise GradingError(f"the Dask scheduler {settings.cluster} has no workers (waited 120 s)") from None
-        # every worker has the models before any student code runs (built or found in its cache)
-        try:
-            client.run(prepare_models, list(spec.models), dict(settings.env))
-        except Exception as exc:  # noqa: BLE001 - one line that names the worker; nobody graded yet
-            raise GradingError(f"a Dask worker could not prepare the models {list(spec.models)}: {exc}"[:300]) from None
+        # the workers prepared their models and sandbox in check_workers; one that joined since
+        # does so before its first task (grade_batch)
         main_db = sqlite_path(main_url)
         release_db = main_db.read_bytes() if main_db is not None else None
         plain = {k: v for k, v in settings.__dict__.items() if k != "cluster"}

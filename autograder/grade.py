@@ -229,7 +229,12 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     if not submissions.is_dir():
         raise GradingError(f"no such folder of submissions: {submissions}")
 
-    info, warnings = check_sandbox(settings)
+    if settings.cluster:  # checked where the kernels will run: on every Dask worker
+        from .cluster import check_workers
+
+        info, warnings = check_workers(settings, list(spec.models))
+    else:
+        info, warnings = check_sandbox(settings)
     report.warnings += warnings
     feedback_dir.mkdir(parents=True, exist_ok=True)
     rel = prepare_release(assignment, grading, root)
@@ -263,7 +268,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
 
     queue = {s.student_id: s.nb for s in subs if s.nb is not None and not s.error}
     if queue:
-        warning = warm_models(spec.models, settings.env)
+        warning = None if settings.cluster else warm_models(spec.models, settings.env)
         if warning:
             report.warnings.append(warning)
         outcomes = execute_and_judge(assignment, queue, rel.notebook, grading, feedback_dir, root, settings,

@@ -205,6 +205,24 @@ def test_a_worker_that_dies_mid_run_loses_no_submission(dask_cluster, small_clas
     assert_gradebook_consistent(f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}", "attention", set(local_grades))
 
 
+def test_the_sandbox_is_checked_on_the_workers(dask_cluster, small_class, local_grades, tmp_path, monkeypatch):
+    """With --cluster the sandbox is checked where kernels run: a login node without bubblewrap
+    still grades with --sandbox on, in the workers' sandboxes, and says so."""
+    from autograder import sandbox
+
+    if not sandbox.bwrap_works():
+        pytest.skip("bubblewrap does not work on this machine (the workers run here)")
+    monkeypatch.setattr(sandbox, "bwrap_works", lambda: False)  # this process only, not the workers
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(small_class / "s1_attention.ipynb", subs)
+    cluster, _ = dask_cluster
+    report = grade("attention", subs, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading",
+                   cluster=cluster.scheduler_address, use_sandbox="on")
+    assert not any("WITHOUT" in w for w in report.warnings), report.warnings
+    assert _grades(tmp_path / "out" / "grades.csv") == {"s1": local_grades["s1"]}
+    assert "sandbox bubblewrap" in (tmp_path / "out" / "feedback" / "s1.html").read_text()
+
 def test_a_submission_that_takes_down_its_workers_costs_only_itself(small_class, local_grades, tmp_path,
                                                                     monkeypatch):
     """Tasks of two submissions; s4's task kills every worker that runs it: its batch is
