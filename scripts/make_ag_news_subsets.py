@@ -26,7 +26,8 @@ sys.path.insert(0, str(REPO))
 
 from coursekit.data import AG_NEWS_CLASSES, ag_news_example_text  # noqa: E402
 
-DEFAULT_POOL = Path(os.environ.get("COURSE_AG_NEWS_POOL", "/work/shared/data/ag_news/ag_news_pool.csv"))
+# the shared pool sits beside the checkout (../shared), as on the course machines and in CI
+DEFAULT_POOL = Path(os.environ.get("COURSE_AG_NEWS_POOL", REPO.parent / "shared" / "data" / "ag_news" / "ag_news_pool.csv"))
 
 README = """\
 # Small AG News (course subset)

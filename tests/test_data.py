@@ -16,7 +16,7 @@ pytest.importorskip("datasets")
 from coursekit import data, repo_root  # noqa: E402
 
 ROOT = repo_root() or Path(__file__).resolve().parent.parent
-POOL = Path(os.environ.get("COURSE_AG_NEWS_POOL", "/work/shared/data/ag_news/ag_news_pool.csv"))
+POOL = Path(os.environ.get("COURSE_AG_NEWS_POOL", ROOT.parent / "shared" / "data" / "ag_news" / "ag_news_pool.csv"))
 needs_pool = pytest.mark.skipif(not POOL.is_file(), reason=f"AG News pool not found at {POOL}")
 
 
