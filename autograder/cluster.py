@@ -136,14 +136,10 @@ def check_workers(settings: GradingSettings, models: list):
     prepares the models and probes its own sandbox (the instructor's machine, a login node
     maybe, needs neither bubblewrap nor the models).  Returns (SandboxInfo, warnings); a
     worker that cannot get ready stops the run with one line naming it, before any grading."""
-    from .grade import GradingError, SandboxInfo
+    from .grade import UNSANDBOXED, GradingError, SandboxInfo
 
-    client = connect(settings.cluster)
+    client = connect(settings.cluster, wait=True)
     try:
-        try:
-            client.wait_for_workers(1, timeout=120)
-        except TimeoutError:
-            raise GradingError(f"the Dask scheduler {settings.cluster} has no workers (waited 120 s)") from None
         try:
             seen = client.run(prepare_worker_process, list(models), dict(settings.env), settings.memory_mb,
                               settings.sandbox)
@@ -157,7 +153,7 @@ def check_workers(settings: GradingSettings, models: list):
     if bare:
         warnings.append(f"WARNING: student code runs WITHOUT a sandbox on the Dask workers of {', '.join(bare)} "
                         "(bubblewrap " + ("disabled" if settings.sandbox == "off" else "not available there") +
-                        "): it can read files and reach the network; only the resource limits apply.")
+                        "): " + UNSANDBOXED)
     gpu = all(w["gpu"] for w in seen.values())
     return SandboxInfo(bwrap=not bare, gpu=gpu, device="cuda" if gpu else "cpu"), warnings
 
@@ -222,9 +218,10 @@ def grade_batch(spec: TaskSpec) -> BatchResult:
         return BatchResult(results, (gdir / "gradebook.db").read_bytes() if any_graded and url is None else None)
 
 
-def connect(address: str):
+def connect(address: str, wait: bool = False):
     """A Dask client for a scheduler address or a scheduler file; a one-line GradingError
-    when Dask is not installed or the scheduler cannot be reached."""
+    when Dask is not installed, the scheduler cannot be reached or (``wait``) it has had no
+    worker for 120 s."""
     from .grade import GradingError
 
     try:
@@ -232,11 +229,17 @@ def connect(address: str):
     except ImportError:
         raise GradingError("--cluster needs Dask: pip install distributed (see requirements.txt)") from None
     try:
-        if Path(address).is_file():
-            return Client(scheduler_file=address, timeout="30s")
-        return Client(address, timeout="30s")
+        client = Client(scheduler_file=address, timeout="30s") if Path(address).is_file() else \
+            Client(address, timeout="30s")
     except (OSError, TimeoutError, ValueError) as exc:
         raise GradingError(f"cannot reach the Dask scheduler {address}: {type(exc).__name__}: {exc}"[:300]) from None
+    if wait:
+        try:
+            client.wait_for_workers(1, timeout=120)
+        except TimeoutError:
+            client.close()
+            raise GradingError(f"the Dask scheduler {address} has no workers (waited 120 s)") from None
+    return client
 
 
 def execute_on_cluster(assignment: str, notebooks: dict, nb_name: str, grading: Path, feedback_dir: Path,
@@ -246,17 +249,12 @@ def execute_on_cluster(assignment: str, notebooks: dict, nb_name: str, grading: 
     from distributed import as_completed
 
     from .course import load
-    from .grade import GradingError
     from .gradebook import sqlite_path
     from .workers import Outcome, merge_gradebook
 
-    client = connect(settings.cluster)
+    client = connect(settings.cluster, wait=True)
     try:
         spec = load().assignment(assignment)
-        try:
-            client.wait_for_workers(1, timeout=120)
-        except TimeoutError:
-            raise GradingError(f"the Dask scheduler {settings.cluster} has no workers (waited 120 s)") from None
         # the workers prepared their models and sandbox in check_workers; one that joined since
         # does so before its first task (grade_batch)
         main_db = sqlite_path(main_url)

@@ -110,6 +110,10 @@ class SandboxInfo:
     device: str
 
 
+# what an unsandboxed kernel can do, said in every such warning (here and in cluster.check_workers)
+UNSANDBOXED = "it can read files and reach the network; only the resource limits apply."
+
+
 def check_sandbox(settings: GradingSettings) -> tuple[SandboxInfo, list[str]]:
     """Decide how kernels run and prove Python runs that way, before any student code."""
     warnings = []
@@ -121,7 +125,7 @@ def check_sandbox(settings: GradingSettings) -> tuple[SandboxInfo, list[str]]:
         warnings.append(
             "WARNING: student code runs WITHOUT a sandbox (bubblewrap " +
             ("disabled" if settings.sandbox == "off" else "not available: apt-get install bubblewrap") +
-            "): it can read files and reach the network; only the resource limits apply.")
+            "): " + UNSANDBOXED)
     try:
         seen = sandbox.probe(settings.memory_mb, use_bwrap=use_bwrap)
     except Exception as exc:  # noqa: BLE001 - any failure of the self-test stops the run
