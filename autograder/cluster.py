@@ -17,12 +17,16 @@ worker down is reported as not graded, with the reason, and costs the others not
 
 Before the first task, every worker builds (or finds in its own cache) the offline models the
 assignment loads.  Start workers with one thread each (the grader changes its process's
-environment while a task runs):
+environment while a task runs) and the course's Dask settings (``dask-grading.yaml``: Dask's
+profiler and monitors, made for many small tasks, cost a grading worker about 15 % of its CPU;
+``check_workers`` says so when a worker runs without them):
 
+    export DASK_CONFIG=autograder/dask-grading.yaml
     dask scheduler --scheduler-file sched.json
     dask worker --scheduler-file sched.json --nthreads 1 --nworkers 2
 
-On SLURM, ``dask_jobqueue.SLURMCluster(cores=2, processes=2, memory="16GB", job_extra_directives=[...])``
+On SLURM, ``dask_jobqueue.SLURMCluster(cores=2, processes=2, memory="16GB", job_script_prologue=[
+"export DASK_CONFIG=<course checkout>/autograder/dask-grading.yaml"])``
 with ``cluster.scale(jobs=10)`` and ``--cluster`` set to ``cluster.scheduler_address``; on
 Kubernetes, the ``dask-kubernetes`` operator's ``DaskCluster`` (see docs/GRADING.md).
 """
@@ -45,6 +49,7 @@ _LOCK = threading.Lock()  # one task at a time changes this process's environmen
 _PREPARED: set[tuple] = set()  # the model lists this worker process has built or found
 _SANDBOX: dict = {}        # per worker process: does bubblewrap work, does the GPU work inside it
 _SCRATCH: dict = {}        # per worker process: the kernels' scratch folder (see _scratch_base)
+DASK_CONFIG_FILE = Path(__file__).with_name("dask-grading.yaml")
 
 
 @dataclass
@@ -75,6 +80,20 @@ class TaskResult:
 class BatchResult:
     results: list[TaskResult]
     gradebook: bytes | None = None  # the batch's SQLite gradebook (None with a shared database)
+
+
+def grading_dask_config() -> dict:
+    """The course's Dask settings for grading (``dask-grading.yaml``) as dotted keys, the form
+    ``dask.config.set`` takes (a nested dict there would replace all of ``distributed``)."""
+    import yaml
+
+    def flat(tree: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in tree.items():
+            out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+        return out
+
+    return flat(yaml.safe_load(DASK_CONFIG_FILE.read_text()))
 
 
 def batch_size(n_submissions: int, n_workers: int) -> int:
@@ -125,10 +144,14 @@ def prepare_models(models: list, env: dict) -> str:
 
 def prepare_worker_process(models: list, env: dict, memory_mb: int, mode: str) -> dict:
     """Everything this worker needs before its first task: the models in its cache and its
-    sandbox probed (``worker_sandbox``).  Returns what the sandbox is here."""
+    sandbox probed (``worker_sandbox``).  Returns what the sandbox is here, and whether
+    Dask's profiler samples this worker (``dask-grading.yaml`` turns it off)."""
+    import dask
+
     prepare_models(models, env)
     bwrap, gpu = worker_sandbox(memory_mb, mode)
-    return {"host": socket.gethostname(), "bwrap": bwrap, "gpu": gpu}
+    return {"host": socket.gethostname(), "bwrap": bwrap, "gpu": gpu,
+            "profiler": bool(dask.config.get("distributed.worker.profile.enabled", False))}
 
 
 def check_workers(settings: GradingSettings, models: list):
@@ -154,6 +177,11 @@ def check_workers(settings: GradingSettings, models: list):
         warnings.append(f"WARNING: student code runs WITHOUT a sandbox on the Dask workers of {', '.join(bare)} "
                         "(bubblewrap " + ("disabled" if settings.sandbox == "off" else "not available there") +
                         "): " + UNSANDBOXED)
+    profiled = sorted({w["host"] for w in seen.values() if w.get("profiler")})
+    if profiled:
+        warnings.append(f"NOTE: Dask's profiler and monitors run at their defaults on the workers of "
+                        f"{', '.join(profiled)}: they cost grading about 15 % of its CPU. Start the workers "
+                        f"with DASK_CONFIG=autograder/dask-grading.yaml (docs/GRADING.md).")
     gpu = all(w["gpu"] for w in seen.values())
     return SandboxInfo(bwrap=not bare, gpu=gpu, device="cuda" if gpu else "cpu"), warnings
 
@@ -228,9 +256,12 @@ def connect(address: str, wait: bool = False):
         from distributed import Client
     except ImportError:
         raise GradingError("--cluster needs Dask: pip install distributed (see requirements.txt)") from None
+    import dask
+
     try:
-        client = Client(scheduler_file=address, timeout="30s") if Path(address).is_file() else \
-            Client(address, timeout="30s")
+        with dask.config.set(grading_dask_config()):  # this process's Dask client: the same quiet settings
+            client = Client(scheduler_file=address, timeout="30s") if Path(address).is_file() else \
+                Client(address, timeout="30s")
     except (OSError, TimeoutError, ValueError) as exc:
         raise GradingError(f"cannot reach the Dask scheduler {address}: {type(exc).__name__}: {exc}"[:300]) from None
     if wait:

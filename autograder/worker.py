@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import sys
 
-# nbformat imports jsonschema, which imports rfc3987_syntax when it is installed; that
-# package builds its IRI grammar at import time, about 1.5 s of CPU per process
-# (python-jsonschema/jsonschema#1521).  Grading never validates IRIs: without the package
-# jsonschema simply has no checker for the "iri" format.
-sys.modules.setdefault("rfc3987_syntax", None)
+# (importing the package, autograder/__init__.py, keeps jsonschema from building its IRI
+# grammar: 1.5 s of CPU per worker process)
 
 
 def validate_metadata_once() -> None:

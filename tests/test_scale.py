@@ -134,12 +134,19 @@ def test_an_unreachable_database_is_one_line(small_class, tmp_path):
 
 # ----------------------------------------------------------------------------- Dask
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def dask_cluster():
-    """A local Dask cluster: two worker processes, one thread each (as docs/GRADING.md starts them)."""
+    """A local Dask cluster: two worker processes, one thread each, the course's Dask settings
+    (as docs/GRADING.md starts them); shared by this module's tests (a worker killed by one
+    test is restarted by its nanny)."""
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=40)
+    import dask
+
+    from autograder.cluster import grading_dask_config
+
+    with dask.config.set(grading_dask_config()):
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                           dashboard_address=None, silence_logs=40)
     client = distributed.Client(cluster)
     try:
         yield cluster, client
@@ -225,8 +232,8 @@ def test_the_sandbox_is_checked_on_the_workers(dask_cluster, small_class, local_
 
 def test_a_submission_that_takes_down_its_workers_costs_only_itself(small_class, local_grades, tmp_path,
                                                                     monkeypatch):
-    """Tasks of two submissions; s4's task kills every worker that runs it: its batch is
-    split, s3 is graded alone as usual, s4 alone is reported not graded with a reason."""
+    """One task of two submissions, s3 and s4; s4 kills every worker that runs it: the batch
+    is split, s3 is graded alone as usual, s4 alone is reported not graded with a reason."""
     distributed = pytest.importorskip("distributed")
     import dask
 
@@ -241,20 +248,76 @@ def test_a_submission_that_takes_down_its_workers_costs_only_itself(small_class,
             os._exit(3)  # as a worker killed by the kernel's OOM killer would
         return real.grade_batch(spec)
 
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for sid in ("s3", "s4"):
+        shutil.copy(small_class / f"{sid}_attention.ipynb", subs)
     monkeypatch.setattr(cluster, "batch_size", lambda n, workers: 2)
     monkeypatch.setattr(cluster, "grade_batch", kills_its_worker_on_s4)
     # the scheduler gives up on a task after it took down two workers (Dask's default: four)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+    with dask.config.set({**cluster.grading_dask_config(), "distributed.scheduler.allowed-failures": 1}), \
             distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                      dashboard_address=None, silence_logs=50) as lc:
-        report = grade("attention", small_class, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading",
+        report = grade("attention", subs, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading",
                        cluster=lc.scheduler_address)
     by_id = {r.student_id: r for r in report.results}
     assert by_id["s4"].status != "graded" and "cluster" in by_id["s4"].message, report.table()
     got = _grades(tmp_path / "out" / "grades.csv")
-    assert {sid: got[sid] for sid in ("s1", "s2", "s3")} == {sid: local_grades[sid] for sid in ("s1", "s2", "s3")}
-    assert_gradebook_consistent(f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}", "attention",
-                                {"s1", "s2", "s3"})
+    assert got["s3"] == local_grades["s3"]
+    assert_gradebook_consistent(f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}", "attention", {"s3"})
+
+
+def test_the_grading_dask_settings_are_settings_dask_has():
+    """Every key of autograder/dask-grading.yaml is one of Dask's own (a misspelt key would be
+    ignored without a word), and the file turns the workers' profiler off."""
+    pytest.importorskip("distributed")
+    import dask
+
+    from autograder.cluster import grading_dask_config
+
+    ours = grading_dask_config()
+    assert ours, "no settings read from autograder/dask-grading.yaml"
+    missing = object()
+    unknown = sorted(key for key in ours if dask.config.get(key, missing) is missing)
+    assert not unknown, f"keys Dask does not have: {unknown}"
+    assert ours["distributed.worker.profile.enabled"] is False
+
+
+def test_workers_at_dasks_defaults_get_a_note_and_the_grading_settings_reach_them():
+    """A worker started at Dask's defaults (profiler on) is named in a NOTE; workers started
+    with dask-grading.yaml are not, and the settings are what the workers run with."""
+    distributed = pytest.importorskip("distributed")
+    import dask
+
+    from autograder.cluster import check_workers, grading_dask_config
+    from autograder.settings import GradingSettings
+
+    notes = {}
+    for label, config in (("defaults", {}), ("course", grading_dask_config())):
+        with dask.config.set(config), distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                                               dashboard_address=None, silence_logs=40) as lc:
+            settings = GradingSettings(cluster=lc.scheduler_address, sandbox="auto")
+            _, warnings = check_workers(settings, [])
+            notes[label] = [w for w in warnings if "profiler" in w]
+            with distributed.Client(lc) as client:
+                profiler = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+            assert list(profiler.values()) == [label == "defaults"]
+    assert len(notes["defaults"]) == 1 and "dask-grading.yaml" in notes["defaults"][0], notes
+    assert notes["course"] == [], notes
+
+
+def test_a_grading_process_does_not_build_the_iri_grammar():
+    """Importing the grading code (as a Dask worker does when its first task arrives) keeps
+    jsonschema from building rfc3987_syntax's IRI grammar, 1.5 s of CPU in every worker."""
+    import importlib.util
+
+    if importlib.util.find_spec("rfc3987_syntax") is None:
+        pytest.skip("rfc3987_syntax is not installed: nothing to keep out")
+    code = ("import sys, autograder.cluster, nbformat, jsonschema; "
+            "print(sys.modules.get('rfc3987_syntax') is None)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
+
 
 def test_a_worker_with_an_empty_cache_builds_the_models_first(tmp_path):
     """Before any task, every worker builds the assignment's offline models into its own cache."""
