@@ -18,7 +18,7 @@ worker down is reported as not graded, with the reason, and costs the others not
 Before the first task, every worker builds (or finds in its own cache) the offline models the
 assignment loads.  Start workers with one thread each (the grader changes its process's
 environment while a task runs) and the course's Dask settings (``dask-grading.yaml``: Dask's
-profiler and monitors, made for many small tasks, cost a grading worker about 15 % of its CPU;
+profiler and monitors, made for many small tasks, cost a grading worker about a fifth of its CPU;
 ``check_workers`` says so when a worker runs without them):
 
     export DASK_CONFIG=autograder/dask-grading.yaml
@@ -180,8 +180,8 @@ def check_workers(settings: GradingSettings, models: list):
     profiled = sorted({w["host"] for w in seen.values() if w.get("profiler")})
     if profiled:
         warnings.append(f"NOTE: Dask's profiler and monitors run at their defaults on the workers of "
-                        f"{', '.join(profiled)}: they cost grading about 15 % of its CPU. Start the workers "
-                        f"with DASK_CONFIG=autograder/dask-grading.yaml (docs/GRADING.md).")
+                        f"{', '.join(profiled)}: they take about a fifth of the CPU grading needs. "
+                        "Start the workers with DASK_CONFIG=autograder/dask-grading.yaml (docs/GRADING.md).")
     gpu = all(w["gpu"] for w in seen.values())
     return SandboxInfo(bwrap=not bare, gpu=gpu, device="cuda" if gpu else "cpu"), warnings
 
