@@ -1,7 +1,8 @@
 """Grading beyond one machine: a shared PostgreSQL gradebook and Dask workers give the same
 grades as local workers with SQLite; a worker that dies mid-run loses no submission; a worker
-with an empty cache builds the offline models before grading; a submission that cannot be
-graded keeps no grade from an earlier run."""
+with an empty cache builds the offline models before grading; the course's Dask settings are
+settings Dask has, and reach the workers; a submission that cannot be graded keeps no grade
+from an earlier run."""
 from __future__ import annotations
 
 import csv
