@@ -181,10 +181,22 @@ def kernel_env(source: dict | None = None) -> dict:
     return env
 
 
+_PROBED: dict = {}  # what probe() saw, per arguments and environment, in this process
+
+
 def probe(memory_mb: int = DEFAULT_MEMORY_MB, gpu: bool = False, use_bwrap: bool = True) -> dict:
     """Run PROBE exactly as a kernel would run (same sandbox, same limits) and return what
     it saw: {"limits": {...}, "nvidia_nodes": [...], "cuda": bool, ...}.  Raises
-    RuntimeError with the last line of its error output when Python cannot run there."""
+    RuntimeError with the last line of its error output when Python cannot run there.
+    A success is remembered for this process, these arguments and this exact environment
+    (a session that grades several times pays about 2 s once); a failure is tried again."""
+    key = (memory_mb, gpu, use_bwrap, sys.executable, tuple(sorted(os.environ.items())))
+    if key not in _PROBED:
+        _PROBED[key] = _run_probe(memory_mb, gpu, use_bwrap)
+    return json.loads(json.dumps(_PROBED[key]))  # a copy: the caller may change it
+
+
+def _run_probe(memory_mb: int, gpu: bool, use_bwrap: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
         conn = Path(tmp) / "conn"
         conn.mkdir()

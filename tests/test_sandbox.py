@@ -214,6 +214,31 @@ def test_probe_reports_the_limits():
     assert got["limits"]["FSIZE"] == sandbox.DEFAULT_FILE_MB * 1024 * 1024
 
 
+def test_a_probe_runs_once_per_process_and_environment(monkeypatch):
+    """A second grading run in one process reuses the probe's success; another environment
+    or other limits probe again, and a failure is never remembered."""
+    calls = []
+
+    def fake_run(memory_mb, gpu, use_bwrap):
+        calls.append((memory_mb, gpu, use_bwrap))
+        if len(calls) == 1:
+            raise RuntimeError("sandbox probe failed: the first try")
+        return {"limits": {"AS": memory_mb}, "torch": True}
+
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    monkeypatch.setattr(sandbox, "_run_probe", fake_run)
+    with pytest.raises(RuntimeError):
+        sandbox.probe(memory_mb=123)
+    first = sandbox.probe(memory_mb=123)        # the failure was not remembered: tried again
+    first["limits"]["AS"] = 0                   # the caller's copy, not the remembered one
+    assert sandbox.probe(memory_mb=123) == {"limits": {"AS": 123}, "torch": True}
+    assert len(calls) == 2
+    sandbox.probe(memory_mb=456)                # other limits
+    monkeypatch.setenv("COURSE_PROBE_TEST", "1")
+    sandbox.probe(memory_mb=123)                # another environment
+    assert calls == [(123, False, True)] * 2 + [(456, False, True), (123, False, True)]
+
+
 @needs_bwrap
 def test_probe_with_the_gpu_flag_caps_the_data_segment_instead():
     """CUDA reserves far more address space than it uses: with the GPU the limit moves to the
