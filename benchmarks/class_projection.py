@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from autograder.grade import grade  # noqa: E402
+from autograder.settings import usable_cpus  # noqa: E402
 from conftest import filled_exercise  # noqa: E402
 
 # machines to project onto: (label, cores in all, workers each with one core)
@@ -57,7 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--assignment", default="finetune")
     ap.add_argument("--n", type=int, default=4, help="copies to grade (a multiple of --workers)")
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--workers", type=int, default=usable_cpus())
     ap.add_argument("--class-size", type=int, default=500)
     args = ap.parse_args()
     nb = filled_exercise(args.assignment)

@@ -231,6 +231,7 @@ def test_the_sandbox_is_checked_on_the_workers(dask_cluster, small_class, local_
     assert _grades(tmp_path / "out" / "grades.csv") == {"s1": local_grades["s1"]}
     assert "sandbox bubblewrap" in (tmp_path / "out" / "feedback" / "s1.html").read_text()
 
+
 def test_a_submission_that_takes_down_its_workers_costs_only_itself(small_class, local_grades, tmp_path,
                                                                     monkeypatch):
     """One task of two submissions, s3 and s4; s4 kills every worker that runs it: the batch
