@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
 # Set up what is needed, then run the whole test suite (pytest + nbval + nbgrader checks).
+# Two pytest-xdist workers (COURSE_TEST_WORKERS to change it; 0 runs in this process): most
+# tests wait on one kernel at a time, so two keep a 2-core machine busy.  The book's pages and
+# the tests that need them stay together on one worker (tests/conftest.py).
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-python -m pytest -ra --durations=15 "$@"
+python -m pytest -n "${COURSE_TEST_WORKERS:-2}" -ra --durations=15 "$@"

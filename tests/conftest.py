@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 import sys
@@ -184,3 +185,71 @@ def pytest_configure(config):
     from book_cache import register
 
     register(config)
+    _pin_worker()
+
+
+# ---------------------------------------------------------------- two workers (pytest-xdist)
+# scripts/test.sh runs the suite on two pytest-xdist workers.  A worker gets whole units: a test
+# module (its module-scoped fixture grades a batch once, not once per worker), or the book
+# group: the book's pages, run by nbval, fill the book's execution cache (book_cache.py), and
+# the tests that build, open or publish the book come after them on the same worker, so the
+# build finds every page already executed.
+BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publish.py"}
+# Units start in this order (the book group first): a long module left for the end would keep
+# one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
+# list costs only time.
+SLOW_FIRST = ["test_scale.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
+              "test_tamper.py", "test_autograde.py", "test_class_grading.py", "test_concepts_lab.py"]
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: "book", or its module's path."""
+    path = nodeid.split("::", 1)[0]
+    return "book" if path.startswith("book/") or Path(path).name in BOOK_GROUP_MODULES else path
+
+
+def _start_rank(nodeid: str) -> int:
+    unit = work_unit(nodeid)
+    if unit == "book":
+        return 0
+    name = Path(unit).name
+    return 1 + SLOW_FIRST.index(name) if name in SLOW_FIRST else 1 + len(SLOW_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the fixtures: the build would take minutes
+def pytest_runtest_setup(item):
+    if "built_book" in getattr(item, "fixturenames", ()) and work_unit(item.nodeid) != "book":
+        pytest.fail(f"{item.nodeid} uses built_book: move it into one of {sorted(BOOK_GROUP_MODULES)}, so that "
+                    "it runs after the book's pages (tests/conftest.py)", pytrace=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike; a plain run keeps file order
+        items.sort(key=lambda item: _start_rank(item.nodeid))  # stable: a unit keeps its order
+
+
+def _pin_worker() -> None:
+    """Give each xdist worker its own share of the CPUs.  Without this, two workers that both
+    train (torch, and the graders' kernels, use every CPU they may run on) wait on each
+    other's threads: a training cell ran up to 7 times slower.  Pinned, a worker is a smaller
+    machine, and everything in it (torch, usable_cpus(), the graders' thread counts) sees so."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not (worker and count and hasattr(os, "sched_setaffinity")):
+        return
+    cpus, n = sorted(os.sched_getaffinity(0)), int(count)
+    if len(cpus) >= n:
+        os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) % n::n])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        """LoadScopeScheduling with work_unit() as the scope, taken in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByWorkUnit(config, log)

@@ -1,15 +1,19 @@
 """The built book as files: executed pages hold their figures, the HTML shows them, math and
-everything else comes from the build itself (no CDN), long outputs are collapsed.
+everything else comes from the build itself (no CDN), long outputs are collapsed, no page
+shows a line of a solution or a hidden test.
 
 The browser test (test_book_browser.py) then looks at the same pages in Chromium.
 """
 from __future__ import annotations
 
 import re
+from html import unescape
 
 import pytest
 
+import coursekit
 from bookcheck import PAGES, ROOT, executed, figures_by_cell, images_in_outputs, read
+from conftest import read_nb, secret_lines, source_notebooks
 
 BUILD = ROOT / "_build"
 
@@ -57,6 +61,13 @@ def test_built_html_shows_every_figure(page, built_book):
         assert (built_book / "book" / src).resolve().is_file(), f"{page.name}: {src} missing"
 
 
+def test_executable_pages_have_a_colab_button(built_book):
+    for page in (ROOT / "book").glob("*.ipynb"):
+        html = (built_book / "book" / f"{page.stem}.html").read_text()
+        target = f"colab.research.google.com/github/{coursekit.REPO}/blob/main/book/{page.name}"
+        assert target in html, f"{page.name}: no Open-in-Colab button"
+
+
 def test_pages_load_nothing_from_a_cdn(built_book):
     # scripts, styles and fonts that a page loads: all from the build, so the book works offline
     loads = re.compile(r'<(?:script|link)\b[^>]*(?:src|href)="(https?://[^"]+)"')
@@ -89,3 +100,32 @@ def test_long_outputs_are_folded(page):
             tags = set(source[cell.id].metadata.get("tags", []))
             assert tags & FOLDED, (f"{page.name}, cell {cell.id}: {text.count(chr(10))} lines of output; "
                                    f"tag the cell hide-output or output_scroll")
+
+
+# ------------------------------------------------------------------- no solution in the book
+
+def _html_text(path) -> set[str]:
+    raw = path.read_text(errors="replace")
+    text = unescape(re.sub(r"<[^>]+>", "", raw))
+    return {ln.strip() for ln in text.splitlines()}
+
+
+# Statements every PyTorch training loop has: a book page that trains a model shows them too,
+# and that gives nothing away. Everything else in a solution or hidden test counts as a leak.
+TRAINING_LOOP_IDIOMS = re.compile(
+    r"^(loss\.backward\(\)|optimizer\.step\(\)|scheduler\.step\(\)|optimizer\.zero_grad\((set_to_none=True)?\)"
+    r"|model\.(train|eval)\(\))$")
+
+
+def test_no_solution_or_hidden_test_in_built_html(built_book):
+    secrets = set()
+    for src in source_notebooks():
+        secrets |= secret_lines(read_nb(src))
+    secrets = {ln for ln in secrets if not TRAINING_LOOP_IDIOMS.match(ln)}
+    assert len(secrets) > 100
+    pages = list(built_book.rglob("*.html"))
+    assert len(pages) >= 3
+    for page in pages:
+        leaked = secrets & _html_text(page)
+        assert not leaked, f"{page.relative_to(built_book)} shows solution/hidden lines: {sorted(leaked)[:3]}"
+    assert not (built_book / "solutions").exists() and not (built_book / "exercises").exists()

@@ -336,12 +336,13 @@ def test_a_worker_with_an_empty_cache_builds_the_models_first(tmp_path):
             client.wait_for_workers(2, timeout=60)
             used = client.run(prepare_models, ["distilbert"], {})
             assert sorted(used.values()) == sorted(str(c) for c in caches.values())
+            built = {}
             for cache in caches.values():
                 weights = list(cache.rglob("model.safetensors"))
                 assert weights, f"nothing built in {cache}"
-            t = time.monotonic()
+                built.update({w: (w.stat().st_ino, w.stat().st_mtime_ns) for w in weights})
             client.run(prepare_models, ["distilbert"], {})  # a second time: found in the cache
-            assert time.monotonic() - t < 30
+            assert {w: (w.stat().st_ino, w.stat().st_mtime_ns) for w in built} == built, "built again"
 
 
 # ----------------------------------------------------------------------------- regrading
