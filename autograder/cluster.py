@@ -48,7 +48,6 @@ from .settings import GradingSettings, environ as _environ
 _LOCK = threading.Lock()  # one task at a time changes this process's environment
 _PREPARED: set[tuple] = set()  # the model lists this worker process has built or found
 _SANDBOX: dict = {}        # per worker process: does bubblewrap work, does the GPU work inside it
-_SCRATCH: dict = {}        # per worker process: the kernels' scratch folder (see _scratch_base)
 DASK_CONFIG_FILE = Path(__file__).with_name("dask-grading.yaml")
 
 
@@ -119,13 +118,13 @@ def worker_sandbox(memory_mb: int, mode: str) -> tuple[bool, bool]:
 
 def _scratch_base() -> Path:
     """This worker process's folder for kernel scratch, kept across tasks: the kernel launched
-    ahead for the next submission (``JudgedExecute.prestart``) lives there."""
-    if "base" not in _SCRATCH:
-        import atexit
+    ahead for the next submission (``JudgedExecute.prestart``) lives there.  It is removed when
+    the process exits, and by a later run when the process was killed (``autograder.scratch``)."""
+    from .scratch import process_folder
 
-        _SCRATCH["base"] = Path(tempfile.mkdtemp(prefix="course-kernels-"))
-        atexit.register(shutil.rmtree, _SCRATCH["base"], True)
-    return _SCRATCH["base"]
+    base = process_folder() / "kernels"
+    base.mkdir(exist_ok=True)
+    return base
 
 
 def prepare_models(models: list, env: dict) -> str:
@@ -235,11 +234,13 @@ def grade_batch(spec: TaskSpec) -> BatchResult:
         for student in spec.students:
             st = status(gdir, student)
             nb_path = gdir / "autograded" / student / spec.assignment / spec.nb_name
-            graded = student in got and nb_path.exists()
+            graded = student in got and nb_path.exists() and bool(st.get("complete"))
             html = gdir / "feedback" / student / spec.assignment / spec.nb_name.replace(".ipynb", ".html")
             results.append(TaskResult(
                 student, graded, st.get("notes", []),
-                "" if graded else ("grading failed: " + str(st.get("error") or "autograde failed on " + host))[:300],
+                "" if graded else ("grading failed: " + str(st["error"]) if st.get("error") else
+                                   "not graded: " + str(st["refused"]) if st.get("refused") else
+                                   "grading failed: autograde failed on " + host)[:300],
                 host, autograded=nb_path.read_bytes() if nb_path.exists() else None,
                 feedback=html.read_bytes() if html.exists() else None, timings=st.get("timings", {})))
         any_graded = any(r.graded for r in results)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import copy
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from traitlets import Bool, Dict, Integer, List, Unicode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from .judge import KernelSession, context_sources, is_test_cell, run_and_judge
+from .scratch import process_folder, remove_tree
 
 # The kernel launched for the next submission, (KernelSession, scratch folder).  Module
 # level: nbgrader makes a new preprocessor object for every notebook it converts.
@@ -94,8 +94,6 @@ class JudgedExecute(NbGraderPreprocessor):
 
         from jupyter_client.kernelspec import KernelSpecManager
 
-        from .judge import _short_tmp
-
         key = self._spare_key(base)
         proc = _ZYGOTE.get("proc")
         if proc is not None and proc.poll() is None and _ZYGOTE.get("key") == key:
@@ -110,7 +108,7 @@ class JudgedExecute(NbGraderPreprocessor):
         if (argv[1:3] != ["-m", "autograder.sandbox"] or "--no-bwrap" in argv or "--gpu" in argv
                 or argv[-2:] != ["--", "{connection_file}"]):
             return
-        folder = Path(tempfile.mkdtemp(prefix="cz", dir=_short_tmp()))
+        folder = Path(tempfile.mkdtemp(prefix="cz", dir=process_folder()))
         sock = folder / "z.sock"
         cmd = [*argv[:-2], "--zygote", f"--workbase={base.resolve()}",
                *[f"--preload={m}" for m in self.preload], "--", str(sock)]
@@ -120,7 +118,7 @@ class JudgedExecute(NbGraderPreprocessor):
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
                                     cwd=str(base))
         except OSError:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
             return
         deadline = time.monotonic() + 20
         while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -144,7 +142,7 @@ class JudgedExecute(NbGraderPreprocessor):
             session.launch()
         except Exception:  # noqa: BLE001 - the next submission then starts its own kernel
             session.stop()
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
             return
         _SPARE["next"] = (session, scratch, self._spare_key(base))
 
@@ -173,13 +171,13 @@ class JudgedExecute(NbGraderPreprocessor):
         if session.launched() and scratch.is_dir() and key == self._spare_key(base):
             return session, scratch
         session.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
         return None
 
     def preprocess(self, nb, resources):
         nbg = resources.get("nbgrader", {})
         assignment, student = nbg.get("assignment", "?"), nbg.get("student", "?")
-        base = Path(self.scratch_dir or tempfile.gettempdir())
+        base = Path(self.scratch_dir or process_folder() / "kernels")
         base.mkdir(parents=True, exist_ok=True)
         spare = self._take_spare(base)
         self._ensure_zygote(base)
@@ -208,14 +206,32 @@ class JudgedExecute(NbGraderPreprocessor):
             record["error"] = f"{type(exc).__name__}: {exc}"[:500]
             raise
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)  # never follows links the kernel made
-            if self.status_dir:
-                Path(self.status_dir).mkdir(parents=True, exist_ok=True)
-                (Path(self.status_dir) / f"{student}.json").write_text(json.dumps(record))
+            remove_tree(scratch)  # never follows links the kernel made
+            record_status(self.status_dir, student, fresh=True, **record)
         return nb, resources
 
     def _context_sources(self, nb, assignment: str) -> list[str]:
         return context_sources(nb, self.judge_context.get(assignment, []))
+
+
+def record_status(status_dir: str | Path, student: str, fresh: bool = False, **fields) -> None:
+    """Add ``fields`` to the grader's note on ``student`` (``<status_dir>/<student>.json``),
+    or start a new note (``fresh``).  Written only by the grader, never by a kernel."""
+    if not status_dir:
+        return
+    path = Path(status_dir) / f"{student}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {}
+    if not fresh:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+    data = data if isinstance(data, dict) else {}
+    data.update(fields)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)  # a reader never sees half a note
 
 
 def _stop_zygote() -> None:
@@ -235,7 +251,7 @@ def _stop_zygote() -> None:
         except Exception:  # noqa: BLE001
             pass
     if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
 
 
 @atexit.register
@@ -244,5 +260,5 @@ def _discard() -> None:
     spare = _SPARE.pop("next", None)
     if spare is not None:
         spare[0].stop()
-        shutil.rmtree(spare[1], ignore_errors=True)
+        remove_tree(spare[1])
     _stop_zygote()

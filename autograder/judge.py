@@ -26,7 +26,6 @@ import itertools
 import json
 import os
 import secrets
-import shutil
 import sys
 import tempfile
 import time
@@ -37,11 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
-from coursekit.remote import (CALLBACK_PREFIX, REPLY_MSG, ProtocolError, Ref,
-                              _builtin_exception, _StudentBase, _tensor_args, decode, find_instances,
+from .scratch import process_folder, remove_tree
+from coursekit.remote import (CALLBACK_PREFIX, MAX_HEADER_BYTES, MAX_NODES, MAX_TENSOR_BYTES, REPLY_MSG,
+                              ProtocolError, Ref,
+                              _builtin_exception, _StudentBase, decode, find_instances,
                               pickle_request)
 
-MAX_MESSAGE_BYTES = (1 << 30) + (8 << 20)   # larger ZeroMQ messages from the kernel are refused
+# ZeroMQ drops a kernel that sends a larger message part; each part is checked again before
+# anything of it is parsed (``KernelSession._recv``)
+MAX_MESSAGE_BYTES = MAX_TENSOR_BYTES + (1 << 20)
+MAX_CONTENT_BYTES = 16 << 20                 # the JSON content of one message (outputs included)
+MAX_FRAME_BYTES = 64 << 10                   # a message's header, parent header or metadata
 MAX_TEXT_OUTPUT = 200_000                    # characters of stream output kept per cell
 MAX_DATA_OUTPUT = 2_000_000                  # bytes of one rich output (image, HTML) kept
 MAX_CELL_OUTPUT = 8_000_000                  # bytes of all outputs of one cell kept
@@ -121,10 +126,11 @@ class KernelSession:
         self.conn_dirs: list[Path] = []
 
     # lifetime ---------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start a fresh kernel and put the request handler into it.  Raises KernelDied."""
+    def start(self, timeout: float | None = None) -> None:
+        """Start a fresh kernel and put the request handler into it, within ``timeout`` s
+        (at most ``startup_timeout``).  Raises KernelDied."""
         self.launch()
-        self.connect()
+        self.connect(timeout=timeout)
 
     def launch(self) -> None:
         """Start a fresh kernel process, without waiting for it (``connect`` waits).  A kernel
@@ -136,7 +142,7 @@ class KernelSession:
         self.starts += 1
         self.workdir.mkdir(parents=True, exist_ok=True)
         # UNIX socket paths are limited to about 100 bytes: the connection folder must be short
-        conn = Path(tempfile.mkdtemp(prefix="ck", dir=self.conn_base or _short_tmp()))
+        conn = Path(tempfile.mkdtemp(prefix="ck", dir=self.conn_base or process_folder()))
         self.conn_dirs.append(conn)
         km = KernelManager(kernel_name=self.kernel_name)
         km.connection_file = str(conn / "kernel.json")
@@ -158,7 +164,7 @@ class KernelSession:
         """True when a kernel was launched and not yet connected to."""
         return self.km is not None and self.kc is None
 
-    def connect(self, copy: Path | None = None) -> None:
+    def connect(self, copy: Path | None = None, timeout: float | None = None) -> None:
         """Wait until the launched kernel answers; put the request handler into it, and the
         submission's copy (``copy``, for a kernel launched before its submission was known)
         into its working folder, both before any student code runs.  Raises KernelDied."""
@@ -166,13 +172,15 @@ class KernelSession:
 
         if copy is not None:
             self.copy = copy
+        wait = self.startup_timeout if timeout is None else max(0.5, min(self.startup_timeout, timeout))
+        deadline = time.monotonic() + wait
         km = self.km
         try:
             self.context = zmq.Context()
             self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             self.kc = km.client(context=self.context)
             self.kc.start_channels()
-            self.kc.wait_for_ready(timeout=self.startup_timeout)
+            self.kc.wait_for_ready(timeout=wait)
         except Exception as exc:  # noqa: BLE001 - whatever failed, nothing may keep running
             self.stop()
             raise KernelDied(f"the kernel did not start ({type(exc).__name__}: {exc})"[:300]) from None
@@ -182,7 +190,7 @@ class KernelSession:
             data = base64.b64encode(self.copy.read_bytes()).decode()
             code += (f"\nimport base64 as _b64\nwith open({self.copy.name!r}, 'wb') as _f:\n"
                      f"    _f.write(_b64.b64decode({data!r}))\ndel _b64, _f")
-        run = self.execute(code, timeout=120, silent=True)
+        run = self.execute(code, timeout=max(1.0, min(120.0, deadline - time.monotonic())), silent=True)
         if run.status != "ok":
             self.stop()
             raise KernelDied(f"the kernel could not load the course package ({run.ename}: {run.evalue})")
@@ -209,7 +217,7 @@ class KernelSession:
                 self.context.destroy(linger=0)
         self.km = self.kc = self.context = None
         for conn in self.conn_dirs:
-            shutil.rmtree(conn, ignore_errors=True)  # never follows links the kernel made
+            remove_tree(conn)  # never follows links the kernel made, never fails on odd trees
         self.conn_dirs.clear()
 
     # running code -----------------------------------------------------------------------
@@ -225,12 +233,50 @@ class KernelSession:
         ready = dict(poller.poll(max(0, int(timeout * 1000))))
         for sock, name in chans.items():
             if sock in ready:
-                channel = getattr(self.kc, f"{name}_channel")
                 try:
-                    return name, channel.get_msg(timeout=0)
+                    return name, self._recv(sock)
                 except Exception:  # noqa: BLE001 - a malformed message: drop it
                     return name, None
         return None
+
+    def _recv(self, sock):
+        """One message from the kernel, its size checked part by part before any of it is
+        parsed.  Parts stay in the received frames (no copy): a reply's tensors are read in
+        place by ``coursekit.remote.decode``.  A message whose content is too large arrives as
+        its header with ``content = {"course_too_large": bytes}``; one whose frames are
+        malformed or over size is dropped (None)."""
+        import zmq
+
+        session = self.kc.session
+        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        _, parts = session.feed_identities(frames, copy=False)
+        if len(parts) < 5 or any(len(f) > MAX_FRAME_BYTES for f in parts[:4]):
+            return None
+        buffers = [len(f) for f in parts[5:]]
+        content = len(parts[4])
+        header = session.unpack(bytes(parts[1].bytes)) if len(parts[1]) else {}
+        reply = isinstance(header, dict) and header.get("msg_type") == REPLY_MSG
+        if content > MAX_CONTENT_BYTES:
+            why = f"a message of {content:,d} bytes (the grader reads {MAX_CONTENT_BYTES >> 20} MiB)"
+        elif reply and (len(buffers) != 2 or buffers[0] > MAX_HEADER_BYTES):
+            why = (f"a reply whose structure takes {buffers[0] if buffers else 0:,d} bytes "
+                   f"(the grader reads {MAX_HEADER_BYTES >> 20} MiB)")
+        elif reply and buffers[1] > MAX_TENSOR_BYTES:
+            why = f"a reply with {buffers[1]:,d} bytes of tensors (the grader reads {MAX_TENSOR_BYTES >> 20} MiB)"
+        elif not reply and sum(buffers) > MAX_FRAME_BYTES:
+            why = f"a message with {sum(buffers):,d} bytes of binary buffers"
+        else:
+            raw = bytes(parts[4].bytes)
+            too_many = raw.count(b"[") + raw.count(b"{") + raw.count(b",") > 2 * MAX_NODES
+            why = f"a message of more than {MAX_NODES:,d} values" if too_many else ""
+        if why:  # what the loops need to know: its type and request, and why it was not read
+            parent = session.unpack(bytes(parts[2].bytes)) if len(parts[2]) else {}
+            if not isinstance(header, dict) or not isinstance(parent, dict):
+                return None
+            return {"header": header, "msg_type": header.get("msg_type"), "parent_header": parent,
+                    "metadata": {}, "content": {"course_too_large": content + sum(buffers), "course_why": why},
+                    "buffers": []}
+        return session.deserialize(parts, content=True, copy=False)
 
     def execute(self, code: str, timeout: float, silent: bool = False, store_history: bool = True) -> CellRun:
         """Run ``code``; collect its outputs (bounded).  On timeout: interrupt, and kill the
@@ -264,6 +310,10 @@ class KernelSession:
             if chan == "shell" and msg["msg_type"] == "execute_reply":
                 reply = True
                 content = msg.get("content", {})
+                if "course_too_large" in content and run.status == "ok":
+                    content = {"status": "error", "ename": "ReplyTooLarge",
+                               "evalue": f"the kernel's reply to this cell ({content['course_too_large']:,d} bytes) "
+                                         "was too large to read"}
                 run.execution_count = content.get("execution_count")
                 if content.get("status") == "error" and run.status == "ok":
                     run.status = "error"
@@ -292,6 +342,7 @@ class KernelSession:
         result = None
         reply = idle = False
         error = None
+        oversize = ""
         while not (idle and reply):
             event = watch.check()
             if event == "killed":
@@ -307,6 +358,10 @@ class KernelSession:
                 continue
             kind = msg.get("msg_type")
             if chan == "stdin" and kind == "input_request":
+                if "course_too_large" in msg.get("content", {}):
+                    self.kc.input(pickle_request({"error": ("ValueError", "the arguments of this call to the grader "
+                                                                          "are too large")}, {}, {}))
+                    continue
                 prompt = str(msg.get("content", {}).get("prompt", ""))
                 if not prompt.startswith(CALLBACK_PREFIX):
                     self.kc.input("")  # the student's own input(): nobody types at grading time
@@ -316,10 +371,12 @@ class KernelSession:
                 except ProtocolError as exc:
                     answer = pickle_request({"error": ("RuntimeError", str(exc))}, {}, {})
                 self.kc.input(answer)
+            elif chan == "iopub" and kind == REPLY_MSG and "course_too_large" in msg.get("content", {}):
+                oversize = str(msg["content"].get("course_why", "a reply too large to read"))
             elif chan == "iopub" and kind == REPLY_MSG and msg.get("content", {}).get("token") == token:
                 bufs = msg.get("buffers") or []
                 if len(bufs) == 2 and result is None:
-                    result = (bytes(bufs[0]), bytes(bufs[1]))
+                    result = (bufs[0], bufs[1])  # the received frames themselves: decode reads them in place
             elif chan == "iopub" and kind == "status" and msg["content"].get("execution_state") == "idle":
                 idle = True
             elif chan == "shell" and kind == "execute_reply":
@@ -328,18 +385,12 @@ class KernelSession:
                     error = str(msg["content"].get("ename", "error"))
         if watch.interrupted_at is not None:
             raise RemoteTimeout(f"the student's code did not finish within {timeout:g} s")
+        if result is None and oversize:
+            raise ProtocolError(f"the notebook's code sent back {oversize}")
         if result is None:
             raise ProtocolError("the kernel did not answer the grader's request"
                                 + (f" ({error})" if error else ""))
         return result
-
-
-def _short_tmp() -> str:
-    """A short folder for connection files (UNIX socket paths must stay under ~100 bytes)."""
-    for base in ("/tmp", tempfile.gettempdir()):
-        if os.path.isdir(base) and os.access(base, os.W_OK):
-            return base
-    return tempfile.gettempdir()
 
 
 def _callback_parts(prompt: str) -> tuple[bytes, bytes]:
@@ -374,6 +425,12 @@ class _Outputs:
     def add(self, msg) -> None:
         kind = msg.get("msg_type")
         content = msg.get("content") or {}
+        if "course_too_large" in content:
+            if kind in ("stream", "display_data", "execute_result", "error", "update_display_data"):
+                text = f"\n... [an output of {content['course_too_large']:,d} bytes was not kept: too large]\n"
+                if self._room(len(text)):
+                    self.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
+            return
         if kind == "clear_output":
             if content.get("wait"):
                 self.clear_next = True
@@ -517,11 +574,13 @@ class RemoteStudent(_StudentBase):
             exc = _builtin_exception(str(err.get("type", "Exception"))[:100], str(err.get("message", ""))[:2000])
             exc.from_student = True  # type: ignore[attr-defined]
             raise exc
-        self._sync_back(reply, args, kwargs, generators)
+        self._sync_back(reply, generators, call=op == "call")
         return reply["result"]
 
-    @staticmethod
-    def _sync_back(reply, args, kwargs, generators) -> None:
+    def _sync_back(self, reply, generators, call: bool) -> None:
+        """What a call gives back besides its result: the state of each generator it drew
+        from (a generator is a stream the call consumes), and which tensor arguments it changed
+        in place (positions only: the test's own tensors are never written to)."""
         import torch
 
         states = reply.get("generators") or {}
@@ -531,16 +590,10 @@ class RemoteStudent(_StudentBase):
                 if gen is not None and isinstance(state, torch.Tensor) and state.dtype == torch.uint8:
                     with contextlib.suppress(RuntimeError):
                         gen.set_state(state.cpu())
-        changed = reply.get("changed") or {}
-        if isinstance(changed, dict) and changed:
-            mine = [t for t, _ in _tensor_args(args, kwargs, copies=False)]
-            for i, new in changed.items():
-                if isinstance(i, int) and 0 <= i < len(mine) and isinstance(new, torch.Tensor) \
-                        and new.dtype == mine[i].dtype:
-                    with torch.no_grad():
-                        if tuple(new.shape) != tuple(mine[i].shape):
-                            mine[i].resize_(new.shape)
-                        mine[i].copy_(new.to(mine[i].device))
+        if call:
+            changed = reply.get("changed")
+            changed = [i for i in changed if type(i) is int] if isinstance(changed, list) else []
+            object.__setattr__(self, "_changed_inputs", changed[:1000])
 
     def _make_handle(self, hid: int, kind: str, text: str) -> Ref:
         return Ref(self, (("handle", hid),), (kind, text))
@@ -710,59 +763,84 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
     """Run ``nb`` cell by cell in ``session`` (started here), judging its graded test cells
     in this process; every cell's outputs are replaced.  Returns notes for the instructor
     (time limits, kernel restarts).  ``timings`` (if given) receives the seconds spent
-    starting the kernel, running the student's cells and judging the tests."""
+    starting the kernel, running the student's cells and judging the tests.
+
+    One deadline holds for the whole submission: kernel starts, the student's cells, the
+    requests its tests make and the replays after a restart all draw on the same
+    ``notebook_timeout``.  A replay runs each cell exactly as it ran the first time (same
+    request, outputs dropped), so the student's code cannot tell it is being replayed."""
     notes: list[str] = []
     clock = timings if timings is not None else {}
     for key in ("kernel_start", "cells", "tests"):
         clock.setdefault(key, 0.0)
     start = time.monotonic()
-    if session.launched():  # launched ahead of time (JudgedExecute's spare kernel)
-        try:
-            session.connect()
-        except KernelDied:
-            session.start()  # a spare that failed costs one more try, like any start
-    else:
-        session.start()
+    deadline = start + notebook_timeout
+
+    def left() -> float:
+        return deadline - time.monotonic()
+
+    over = f"the notebook ran longer than {notebook_timeout:g} s; the rest was not run"
+    state = {"restarts": 0, "dead": False, "why": "the kernel had stopped earlier"}
+    try:
+        if session.launched():  # launched ahead of time (JudgedExecute's spare kernel)
+            try:
+                session.connect(timeout=max(1.0, left()))
+            except KernelDied:
+                session.start(timeout=max(1.0, left()))  # a spare that failed costs one more try
+        else:
+            session.start(timeout=max(1.0, left()))
+    except KernelDied as exc:
+        notes.append(str(exc))
+        state["dead"] = True
+        session.stop()
     clock["kernel_start"] += time.monotonic() - start
     student_cells = [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
     student = RemoteStudent(session, timeout, student_cells)
     namespace = cached_judge_namespace(context, device)
     namespace["student"] = student
     ran_ok: list[str] = []     # cells that ran without error, to replay after a restart
-    state = {"restarts": 0, "dead": False}
+
+    def stop(note: str) -> None:
+        notes.append(note)
+        session.stop()
+        state["dead"] = True
+        if note == over:
+            state["why"] = "the notebook's time limit was reached"
 
     def restart() -> None:
-        """A fresh kernel that replays the cells that had run without error."""
+        """A fresh kernel that replays the cells that had run without error, within the
+        notebook's own time limit."""
         if state["restarts"] >= max_restarts:
-            notes.append("the kernel stopped too often; the rest of the notebook was not run")
-            session.stop()
-            state["dead"] = True
-            return
+            return stop("the kernel stopped too often; the rest of the notebook was not run")
         state["restarts"] += 1
         try:
-            session.start()
+            if left() <= 0:
+                return stop(over)
+            session.start(timeout=left())
             for src in ran_ok:
-                run = session.execute(src, timeout=timeout, silent=True)
-                if run.status == "died":
+                if left() <= 0:
+                    return stop(over)
+                run = session.execute(src, timeout=min(timeout, left()))
+                if run.status == "timeout" and left() <= 0:
+                    return stop(over)
+                if run.status in ("died", "timeout"):
                     raise KernelDied(run.evalue)
         except KernelDied as exc:
-            notes.append(f"a fresh kernel could not replay the notebook ({exc}); the rest was not run")
-            session.stop()
-            state["dead"] = True
-            return
+            return stop(f"a fresh kernel could not replay the notebook ({exc}); the rest was not run")
         notes.append("a fresh kernel re-ran the cells before it, and the notebook went on")
 
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        left = notebook_timeout - (time.monotonic() - start)
+        if not state["dead"] and left() <= 0:
+            stop(over)
         if is_test_cell(cell):
             cell.execution_count = None
             if state["dead"]:
                 cell.outputs = Verdict(_gid(cell), False, ename="KernelDied",
-                                       message="not judged: the kernel had stopped earlier").outputs()
+                                       message=f"not judged: {state['why']}").outputs()
                 continue
-            object.__setattr__(student, "_timeout", max(1.0, min(timeout, left)))
+            object.__setattr__(student, "_timeout", max(0.5, min(timeout, left())))
             t0 = time.monotonic()
             verdict = judge_cell(cell.source, _gid(cell) or f"cell-{index}", namespace)
             student._reset()
@@ -772,18 +850,15 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
                 notes.append(f"the kernel died while test {_where(cell, index)} ran")
                 restart()
             continue
-        if state["dead"] or left <= 0:
-            reason = "the kernel had stopped earlier" if state["dead"] else "the notebook's time limit was reached"
-            cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=f"not run: {reason}",
-                                                   traceback=[f"not run: {reason}"])]
+        if state["dead"]:
+            why = f"not run: {state['why']}"
+            cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=why, traceback=[why])]
             cell.execution_count = None
-            if left <= 0 and not state["dead"]:
-                notes.append(f"the notebook ran longer than {notebook_timeout:g} s; the rest was not run")
-                state["dead"] = True
             continue
         t0 = time.monotonic()
+        limit = min(timeout, left())
         try:
-            run = session.execute(cell.source, timeout=min(timeout, left))
+            run = session.execute(cell.source, timeout=limit)
         except KernelDied as exc:
             run = CellRun(outputs=[], status="died", ename="DeadKernelError", evalue=str(exc))
         clock["cells"] += time.monotonic() - t0
@@ -792,7 +867,7 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
         if run.status == "ok":
             ran_ok.append(cell.source)
         elif run.status == "timeout":
-            notes.append(f"{_where(cell, index)} ran longer than {min(timeout, left):.0f} s and was interrupted")
+            notes.append(f"{_where(cell, index)} ran longer than {limit:.0f} s and was interrupted")
         elif run.status == "died":
             notes.append(f"{_where(cell, index)}: {run.evalue}")
             restart()

@@ -45,6 +45,8 @@ DEFAULT_WORK_MB = 512    # the kernel's working folder (RAM)
 DEFAULT_FILE_MB = 512    # the largest file the kernel may write
 DEV = Path("/dev")
 ZYGOTE_SCRIPT = "/course-zygote.py"  # where autograder/zygote.py is inside the zygote's sandbox
+CONFINE_SCRIPT = "/course_confine.py"  # autograder/confine.py inside every sandbox (Landlock rules)
+CONN_INSIDE = "/.course-conn"        # where a kernel sees its connection folder (never below /tmp)
 COURSE_ROOT = Path(__file__).resolve().parent.parent
 
 # /etc files the dynamic loader, locale, fonts and a few libraries read
@@ -69,8 +71,13 @@ if nodes:
     except Exception:
         cuda = False
 import torch  # the kernel's first import: it must work inside
+try:  # the connection folder takes sockets only (autograder.confine)
+    open('/.course-conn/probe-file', 'w').close()
+    confined = False
+except OSError:
+    confined = True
 print(json.dumps({'limits': limits, 'nvidia_nodes': nodes, 'cuda': cuda, 'cwd': os.getcwd(),
-                  'torch': torch.__version__, 'home': os.environ.get('HOME')}))
+                  'torch': torch.__version__, 'home': os.environ.get('HOME'), 'confined': confined}))
 """
 
 
@@ -143,6 +150,8 @@ def bwrap_command(kernel_cmd: list[str], *, workdir: Path | None, conn_dir: Path
     # is fully visible; bubblewrap's /proc has read-only parts bound over it
     cmd += ["--bind", "/proc", "/proc"] if zygote_base is not None else ["--proc", "/proc"]
     cmd += ["--dev", "/dev"]
+    if zygote_base is None:  # a kernel: its /dev/shm is a size-limited tmpfs too
+        cmd += ["--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
     if gpu:  # on top of the fresh /dev, which has no GPU
         for node in gpu_nodes():
             cmd += ["--dev-bind", str(node), f"/dev/{node.name}"]
@@ -159,13 +168,38 @@ def bwrap_command(kernel_cmd: list[str], *, workdir: Path | None, conn_dir: Path
             cmd += ["--file", str(copy_fd), str(workdir / copy_name)]
     if zygote_base is not None and not Path(zygote_base).is_relative_to("/tmp"):
         cmd += ["--dir", str(zygote_base)]
-    cmd += ["--bind", str(conn_dir), str(conn_dir), "--chdir", str(workdir or "/")]
+    # a kernel sees its connection folder at CONN_INSIDE, outside every folder it may fill, and
+    # may only make sockets there (confine.py); the zygote keeps its own folder at its own path
+    inside = str(conn_dir) if zygote_base is not None else CONN_INSIDE
+    cmd += ["--bind", str(conn_dir), inside, "--chdir", str(workdir or "/")]
+    cmd += ["--ro-bind", str(Path(__file__).with_name("confine.py")), CONFINE_SCRIPT]
     if zygote_base is not None:  # the zygote's code: one file, the grading package stays outside
         cmd += ["--ro-bind", str(Path(__file__).with_name("zygote.py")), ZYGOTE_SCRIPT,
-                "--remount-ro", "/dev", "--remount-ro", "/"]
+                "--dir", CONN_INSIDE, "--remount-ro", "/dev", "--remount-ro", "/"]
     for key, value in sorted((env or {}).items()):
         cmd += ["--setenv", key, value]
     return cmd + ["--"] + kernel_cmd
+
+
+def connection_inside(connection_file: Path) -> Path:
+    """The kernel's connection file as the kernel sees it: the same ports and key, with its
+    IPC sockets in CONN_INSIDE.  Written next to the grader's own (the grader connects to the
+    same socket files through the host path)."""
+    info = json.loads(Path(connection_file).read_text())
+    if info.get("transport") == "ipc":
+        info["ip"] = f"{CONN_INSIDE}/{Path(str(info.get('ip', 'k'))).name}"
+    inside = Path(connection_file).with_name("inside.json")
+    inside.write_text(json.dumps(info))
+    return inside
+
+
+def confined(command: list[str], workdir: Path | None) -> list[str]:
+    """``command`` started under the Landlock rules of ``autograder.confine``: it may fill
+    only its tmpfs folders and make sockets in its connection folder."""
+    from .confine import rules
+
+    writable = ["/tmp", "/dev/shm"] + ([str(workdir)] if workdir is not None else [])
+    return [sys.executable, "-I", CONFINE_SCRIPT, json.dumps(rules(CONN_INSIDE, writable)), "--", *command]
 
 
 def kernel_env(source: dict | None = None) -> dict:
@@ -176,7 +210,7 @@ def kernel_env(source: dict | None = None) -> dict:
     env.update(HOME="/tmp", TMPDIR="/tmp", MPLCONFIGDIR="/tmp/mpl", LANG=env.get("LANG", "C.UTF-8"),
                PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
-    for var in ("COURSE_SANDBOX_WORKDIR", "COURSE_SANDBOX_COPY", "COURSE_SANDBOX_ZYGOTE"):
+    for var in ("COURSE_SANDBOX_WORKDIR", "COURSE_SANDBOX_COPY", "COURSE_SANDBOX_ZYGOTE", "COURSE_SCRATCH"):
         env.pop(var, None)
     return env
 
@@ -306,7 +340,12 @@ def main(argv: list[str] | None = None) -> None:
     if copy and Path(copy).is_file():
         copy_fd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW)
         os.set_inheritable(copy_fd, True)
-    cmd = bwrap_command(kernel_cmd, workdir=workdir, conn_dir=args.connection_file.resolve().parent,
+    conn_dir = args.connection_file.resolve().parent
+    if not args.probe:  # the kernel reads its sockets' place inside the sandbox
+        inside = connection_inside(args.connection_file)
+        kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", f"{CONN_INSIDE}/{inside.name}", *kernel_args]
+    kernel_cmd = confined(kernel_cmd, workdir)
+    cmd = bwrap_command(kernel_cmd, workdir=workdir, conn_dir=conn_dir,
                         gpu=args.gpu, tmp_mb=args.tmp_mb, work_mb=args.work_mb, copy_fd=copy_fd,
                         copy_name=Path(copy).name if copy else None, env=env)
     os.execvp(cmd[0], cmd)

@@ -44,12 +44,57 @@ def validate_metadata_once() -> None:
     common.jsonschema = types.SimpleNamespace(validate=validate)
 
 
+def record_outcomes() -> None:
+    """Make nbgrader's autograde step leave, per student, the record the grader trusts: the
+    reason nbgrader refused or failed a submission (its own message, not a later step's), and
+    ``complete`` once every notebook of that student was judged, scored and written.  Rows
+    nbgrader creates up front prove nothing: a worker killed half way leaves them behind."""
+    import traceback
+
+    from nbgrader.apps import autogradeapp
+    from nbgrader.converters import Autograde
+
+    from .execute import record_status
+
+    class RecordedAutograde(Autograde):
+        def _status_dir(self) -> str:
+            return str(self.config.get("JudgedExecute", {}).get("status_dir", "") or "")
+
+        def init_assignment(self, assignment_id, student_id):
+            self._course_student = student_id
+            try:
+                super().init_assignment(assignment_id, student_id)
+            except BaseException as exc:
+                self._record_failure(exc)
+                raise
+
+        def convert_single_notebook(self, notebook_filename):
+            try:
+                super().convert_single_notebook(notebook_filename)
+            except BaseException as exc:
+                self._record_failure(exc)
+                raise
+
+        def set_permissions(self, assignment_id, student_id):
+            super().set_permissions(assignment_id, student_id)
+            record_status(self._status_dir(), student_id, complete=True)  # every notebook written
+
+        def _record_failure(self, exc: BaseException) -> None:
+            student = getattr(self, "_course_student", None)
+            if student and self._status_dir():
+                last = (traceback.format_exception_only(type(exc), exc) or ["?"])[-1].strip()
+                record_status(self._status_dir(), student, refused=f"nbgrader: {last}"[:500])
+
+    autogradeapp.Autograde = RecordedAutograde
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--then" not in argv:
         raise SystemExit("usage: python -m autograder.worker <autograde args> --then <generate_feedback args>")
     cut = argv.index("--then")
     validate_metadata_once()
+    record_outcomes()
     from nbgrader.apps.autogradeapp import AutogradeApp
     from nbgrader.apps.generatefeedbackapp import GenerateFeedbackApp
 

@@ -22,7 +22,8 @@ import nbformat
 
 from . import sandbox
 from .release import tool_env
-from .settings import GradingSettings, usable_cpus
+from .scratch import ENV, remove_tree, run_folder
+from .settings import GradingSettings, environ, usable_cpus
 
 
 @dataclass
@@ -65,6 +66,9 @@ def worker_env(gdir: Path, threads: int, settings: GradingSettings) -> dict:
     from coursekit.models import course_cache_dir
 
     env["COURSE_CACHE_DIR"] = str(course_cache_dir())
+    from .scratch import process_folder
+
+    env[ENV] = str(process_folder())  # the run's folder for sockets: removed when the run ends
     return env
 
 
@@ -73,7 +77,7 @@ def prepare_worker(gdir: Path, main_url: str, use_bwrap: bool, settings: Grading
     """A worker's folder: its kernelspec and, with a SQLite gradebook, its own copy of it."""
     from .gradebook import sqlite_path
 
-    shutil.rmtree(gdir, ignore_errors=True)
+    remove_tree(gdir)
     (gdir / "tmp").mkdir(parents=True)
     main_db = sqlite_path(main_url)
     if main_db is not None:
@@ -90,7 +94,9 @@ def run_worker(w: Worker, assignment: str, root: Path, extra: list[str], env: di
     cmd = [sys.executable, "-m", "autograder.worker",  # autograde, --then generate_feedback
            assignment, "--force", *nbgrader_args(w.gdir, w.url), *extra, "--then",
            assignment, "--force", *nbgrader_args(w.gdir, w.url)]
-    timeout += 60 + 5 * len(w.students)  # feedback: well under a second per notebook
+    # each submission's own limit is enforced inside (JudgedExecute); this bounds the process:
+    # start-up, nbgrader's own work and feedback, and a kernel's grace period after its limit
+    timeout += 60 + 30 * len(w.students)
     try:
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout,
                               start_new_session=True)
@@ -111,11 +117,21 @@ def status(gdir: Path, sid: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def completed(gdir: Path, sid: str, assignment: str, nb_name: str) -> bool:
+    """True when the grader recorded that this submission was judged to the end, scored and
+    written (``autograder.worker.record_outcomes``); rows nbgrader makes up front do not count."""
+    return bool(status(gdir, sid).get("complete")) and (gdir / "autograded" / sid / assignment / nb_name).exists()
+
+
 def cause(w: Worker, sid: str, limit: float) -> str:
-    """Why a submission could not be graded, from what its worker recorded."""
+    """Why a submission could not be graded, from what its worker recorded: the grader's own
+    note (the judge's error, or nbgrader's reason for refusing the notebook) before anything
+    read from the log."""
     st = status(w.gdir, sid)
     if st.get("error"):
         return "grading failed: " + str(st["error"])[:300]
+    if st.get("refused"):
+        return "not graded: " + str(st["refused"])[:300]
     if w.timed_out:
         return f"the notebook ran longer than {limit:g} s and was stopped"
     lines = [ln.strip() for ln in w.log.splitlines() if ln.strip()]
@@ -252,32 +268,38 @@ def execute_and_judge(assignment: str, notebooks: dict[str, nbformat.NotebookNod
 
     def harvest(w: Worker) -> list[str]:
         got = scores(shared or w.gdir / "gradebook.db", assignment, w.students)
-        ok = [s for s in w.students if s in got and (w.gdir / "autograded" / s / assignment / nb_name).exists()]
+        ok = [s for s in w.students if s in got and completed(w.gdir, s, assignment, nb_name)]
         if main_db is not None:
             merge_gradebook(main_db, w.gdir / "gradebook.db", assignment, ok)
         collect(w.gdir, grading, assignment, ok, feedback_dir, nb_name)
         return ok
 
+    def finished(w: Worker, sid: str) -> Outcome:
+        st = status(w.gdir, sid)
+        return Outcome(True, st.get("notes", []), timings=st.get("timings", {}))
+
     outcomes: dict[str, Outcome] = {}
     sids = sorted(notebooks)
     shares = [sids[i::workers] for i in range(workers) if sids[i::workers]]
-    retry = []
-    for w in run_all([make(f"w{k}", share) for k, share in enumerate(shares)],
-                     lambda w: limit * len(w.students)):
-        ok = harvest(w)
-        for s in w.students:
-            if s in ok:
-                outcomes[s] = Outcome(True, status(w.gdir, s).get("notes", []), timings=status(w.gdir, s).get("timings", {}))
+    with run_folder() as folder, environ({ENV: str(folder)}):
+        retry = []
+        for w in run_all([make(f"w{k}", share) for k, share in enumerate(shares)],
+                         lambda w: limit * len(w.students)):
+            ok = harvest(w)
+            for s in w.students:
+                if s in ok:
+                    outcomes[s] = finished(w, s)
+                else:
+                    retry.append(s)
+        # anything a batch did not finish is graded again alone, with its own time: a
+        # submission that brought its batch down costs only itself, and its cause is told
+        singles = [make(f"retry{k}", [sid]) for k, sid in enumerate(retry)]
+        for w in run_all(singles, lambda w: limit) if singles else []:
+            sid = w.students[0]
+            if harvest(w):
+                outcomes[sid] = finished(w, sid)
             else:
-                retry.append(s)
-    # anything a batch could not grade is retried alone, to tell its cause
-    singles = [make(f"retry{k}", [sid]) for k, sid in enumerate(retry)]
-    for w in run_all(singles, lambda w: limit) if singles else []:
-        sid = w.students[0]
-        if harvest(w):
-            outcomes[sid] = Outcome(True, status(w.gdir, sid).get("notes", []), timings=status(w.gdir, sid).get("timings", {}))
-        else:
-            outcomes[sid] = Outcome(False, status(w.gdir, sid).get("notes", []), cause(w, sid, limit))
+                outcomes[sid] = Outcome(False, status(w.gdir, sid).get("notes", []), cause(w, sid, limit))
     if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep them to debug a grading run
-        shutil.rmtree(grading / "workers", ignore_errors=True)
+        remove_tree(grading / "workers")
     return outcomes

@@ -49,9 +49,22 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 CAP_VERSION_3 = 0x20080522
 HEADER = struct.Struct("!Q")
+CONN_INSIDE = "/.course-conn"  # as autograder.sandbox.CONN_INSIDE: where a kernel sees its connection folder
 MAX_REQUEST = 64 << 20  # the copy of a submission is far smaller; anything larger is refused
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _confine_module():
+    """autograder/confine.py: bound as /course_confine.py in the zygote's sandbox."""
+    if "course_confine" not in sys.modules:
+        try:
+            import course_confine  # noqa: F401
+        except ImportError:  # pragma: no cover - run outside its sandbox (tests)
+            from autograder import confine
+
+            sys.modules["course_confine"] = confine
+    return sys.modules["course_confine"]
 
 
 class SetupError(RuntimeError):
@@ -127,12 +140,13 @@ def build_sandbox(limits: dict, request: dict, copy: bytes) -> None:
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # this kernel's connection folder waits on /dev/shm while /tmp is replaced
-    _mount(conn_dir, "/dev/shm", None, MS_BIND)
+    # only its own connection folder, at CONN_INSIDE: outside every folder the kernel may fill
+    _mount(conn_dir, CONN_INSIDE, None, MS_BIND)
     flags, owner = MS_NOSUID | MS_NODEV, f"uid={uid},gid={gid}"
     _mount("tmpfs", "/tmp", "tmpfs", flags, f"size={limits['tmp_mb']}m,mode=755,{owner}")
-    os.makedirs(conn_dir)
-    _mount("/dev/shm", conn_dir, None, MS_MOVE)  # only its own connection folder, at its own path
+    own = limits.get("own", "")
+    if own and os.path.isdir(own):  # the zygote's folder (other kernels' sockets): out of sight
+        _mount("tmpfs", own, "tmpfs", flags | MS_RDONLY, f"size=4k,mode=555,{owner}")
     for second, folder in limits.get("rebind", []):  # read-only folders that live under /tmp
         os.makedirs(folder, exist_ok=True)
         _mount(second, folder, None, MS_BIND | MS_REC)
@@ -150,6 +164,13 @@ def build_sandbox(limits: dict, request: dict, copy: bytes) -> None:
         name = os.path.basename(request["copy_name"])
         with open(os.path.join(workdir, name), "wb") as f:
             f.write(copy)
+    # the kernel's connection file, with its sockets where it sees them
+    with open(os.path.join(CONN_INSIDE, os.path.basename(request["connection_file"]))) as f:
+        info = json.load(f)
+    if info.get("transport") == "ipc":
+        info["ip"] = os.path.join(CONN_INSIDE, os.path.basename(str(info.get("ip", "k"))))
+    with open(os.path.join(CONN_INSIDE, "inside.json"), "w") as f:
+        json.dump(info, f)
 
 
 def become_kernel(limits: dict, request: dict, ready_fd: int) -> None:
@@ -184,6 +205,12 @@ def become_kernel(limits: dict, request: dict, ready_fd: int) -> None:
         os.environ.clear()
         os.environ.update(env)
         drop_capabilities()
+        confine = _confine_module()
+        try:  # as in a bubblewrap sandbox: without Landlock the kernel still runs, and says so
+            confine.apply(confine.rules(CONN_INSIDE, ["/tmp", "/dev/shm", request["workdir"]]))
+        except OSError as exc:
+            print(f"course sandbox: no Landlock ({exc}); the connection folder is not write-protected",
+                  file=sys.stderr, flush=True)
     except Exception as exc:  # noqa: BLE001
         os.write(ready_fd, b"E" + f"{exc}".encode()[:500])
         os._exit(70)
@@ -194,7 +221,7 @@ def become_kernel(limits: dict, request: dict, ready_fd: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None and env.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    argv = ["-f", request["connection_file"], *request.get("kernel_args", [])]
+    argv = ["-f", os.path.join(CONN_INSIDE, "inside.json"), *request.get("kernel_args", [])]
     sys.argv = [sys.executable, *argv]
     os.write(ready_fd, b"1")
     os.close(ready_fd)
@@ -257,6 +284,8 @@ def serve_child(conn: socket.socket, limits: dict) -> None:
 def serve(sock_path: str, limits: dict, preload: list[str]) -> None:
     """Listen first (a launcher may connect while the imports run), import, then fork one
     child per connection.  Single-threaded, so forking is safe."""
+    limits = dict(limits, own=os.path.dirname(os.path.abspath(sock_path)))
+    _confine_module()  # before any child changes sys.path
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(64)

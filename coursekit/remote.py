@@ -20,8 +20,11 @@ the notebook and at grading time:
 * Calling a reference runs the code there.  Arguments are data (tensors, numbers, strings,
   ``None``, lists, tuples, dicts and sets of these, ``torch.dtype``/``torch.device``),
   ``torch.Generator`` objects (their state travels both ways), other references, and plain
-  functions, which the student's code can call back.  Tensors keep their device; tensors
-  the code changes in place are changed on the caller's side too.
+  functions, which the student's code can call back.  Tensors keep their device and travel
+  as copies: whatever the code does to an argument, the caller's tensor stays as it was
+  (``student.changed_inputs()`` tells which tensor arguments the last call changed in place,
+  for a test that checks it).  A ``torch.Generator`` is the one argument that comes back
+  changed: a call that draws from it moves it on, as a local call would.
 * A result that is data comes back as a copy: tensors detached (same dtype and device, no
   gradient),
   mappings as ``dict``, other sequences as ``list``/``tuple``.  Anything else (a model, a
@@ -54,14 +57,21 @@ __all__ = ["Ref", "LocalStudent", "StudentError", "ProtocolError", "RESERVED", "
 
 # names that `student` keeps for itself (a notebook global of one of these names is reached
 # as student["name"]).
-RESERVED = frozenset({"fetch", "send", "replaced", "source"})
+RESERVED = frozenset({"fetch", "send", "replaced", "source", "changed_inputs"})
 
-MAX_REPLY_BYTES = 1 << 30        # one reply: tensors and structure together
-MAX_NODES = 2_000_000            # values in one reply
+# What one reply may hold.  The largest the assignments need is a fine-tuned model's weights
+# (finetune's state_dict: 86.6 MiB of tensors, a few kB of structure).  The grader checks
+# each limit before it parses anything: the tensors are read in place from the received
+# message, and the structure, at most 1 MiB of JSON and 100,000 values, becomes at most about
+# 16 MiB of Python objects.  So a reply of N bytes costs the grader about N + 16 MiB.
+MAX_TENSOR_BYTES = 128 << 20     # the tensors of one reply
+MAX_HEADER_BYTES = 1 << 20       # the JSON skeleton of one reply
+MAX_REPLY_BYTES = MAX_TENSOR_BYTES + MAX_HEADER_BYTES
+MAX_NODES = 100_000              # values in one reply
 MAX_DEPTH = 64                   # nesting of containers
-MAX_STR = 16 << 20               # characters in one string
+MAX_STR = MAX_HEADER_BYTES       # characters in one string
 MAX_REPR = 300
-MAX_SYNC_BACK_BYTES = 64 << 20   # tensor arguments larger than this are not copied back
+MAX_SYNC_BACK_BYTES = 64 << 20   # tensor arguments larger than this are not checked for changes
 
 REPLY_MSG = "course_judge_reply"
 CALLBACK_PREFIX = "course_judge_callback:"
@@ -133,7 +143,7 @@ def encode(value: Any, register: Callable[[Any], int]) -> tuple[bytes, bytes]:
     import torch
 
     tensors: dict[str, Any] = {}
-    budget = [MAX_NODES, MAX_REPLY_BYTES]
+    budget = [MAX_NODES, MAX_TENSOR_BYTES]
 
     def tensor(t) -> dict:
         if t.device.type == "meta":
@@ -147,7 +157,7 @@ def encode(value: Any, register: Callable[[Any], int]) -> tuple[bytes, bytes]:
         budget[1] -= size
         if budget[1] < 0:
             raise ProtocolError("the result is too large to send back "
-                                f"(more than {MAX_REPLY_BYTES >> 20} MiB of tensors)")
+                                f"(more than {MAX_TENSOR_BYTES >> 20} MiB of tensors)")
         key = f"t{len(tensors)}"
         device = str(t.device)
         tensors[key] = torch.Tensor.detach(t).to("cpu", copy=True).contiguous()
@@ -216,8 +226,9 @@ def encode(value: Any, register: Callable[[Any], int]) -> tuple[bytes, bytes]:
 
     skeleton = walk(value, 0)
     header = json.dumps({"value": skeleton}, allow_nan=False).encode()
-    if len(header) > MAX_REPLY_BYTES:
-        raise ProtocolError("the result is too large to send back")
+    if len(header) > MAX_HEADER_BYTES:
+        raise ProtocolError("the result is too large to send back "
+                            f"(its structure takes more than {MAX_HEADER_BYTES >> 20} MiB)")
     from safetensors.torch import save
 
     blob = save(tensors) if tensors else b""
@@ -257,26 +268,88 @@ def _numpy():
     return numpy
 
 
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                       "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+                       "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+                       "U16": "uint16", "U32": "uint32", "U64": "uint64"}
+
+
+def read_tensors(blob) -> dict[str, Any]:
+    """The tensors of a safetensors blob, read in place: when ``blob`` is a writable buffer
+    (a received message), each tensor uses its memory and nothing is copied; otherwise the
+    blob is copied once.  Every offset, size and type is checked against the format (the
+    header's length, contiguous non-overlapping data, shape times item size) before use."""
+    import struct
+
+    import torch
+
+    view = memoryview(blob).cast("B")
+    if view.readonly:
+        view = memoryview(bytearray(view))
+    if len(view) < 8:
+        raise ProtocolError("reply tensors are not valid safetensors (too short)")
+    (n,) = struct.unpack("<Q", view[:8])
+    if n > min(len(view) - 8, 8 << 20):
+        raise ProtocolError("reply tensors are not valid safetensors (header length)")
+    try:
+        index = json.loads(bytes(view[8:8 + n]))
+    except (ValueError, RecursionError):
+        raise ProtocolError("reply tensors are not valid safetensors (header)") from None
+    if not isinstance(index, dict):
+        raise ProtocolError("reply tensors are not valid safetensors (header)")
+    index.pop("__metadata__", None)
+    data = view[8 + n:]
+    entries = []
+    for name, info in index.items():
+        try:
+            dtype = getattr(torch, _SAFETENSORS_DTYPES[info["dtype"]])
+            shape = [int(d) for d in info["shape"]]
+            begin, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise ProtocolError("reply tensors are not valid safetensors (entry)") from None
+        count = math.prod(shape) if shape else 1
+        if any(d < 0 for d in shape) or not 0 <= begin <= end <= len(data) \
+                or count * dtype.itemsize != end - begin:
+            raise ProtocolError("reply tensors are not valid safetensors (sizes)")
+        entries.append((begin, end, name, dtype, shape))
+    entries.sort()
+    if any(a[1] > b[0] for a, b in zip(entries, entries[1:])):
+        raise ProtocolError("reply tensors are not valid safetensors (overlapping data)")
+    out = {}
+    import warnings
+
+    for begin, end, name, dtype, shape in entries:
+        chunk = data[begin:end]
+        if begin % dtype.itemsize or (8 + n) % dtype.itemsize:  # unaligned: one copy of this tensor
+            chunk = memoryview(bytearray(chunk))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            flat = torch.frombuffer(chunk, dtype=dtype) if end > begin else torch.empty(0, dtype=dtype)
+        out[name] = flat.reshape(shape)
+    return out
+
+
 def decode(header: bytes, blob: bytes, make_handle: Callable[[int, str, str], Any]) -> Any:
     """The value that ``encode`` wrote.  This is where untrusted bytes become objects:
     only JSON and safetensors are parsed, every size and depth is bounded, and a
     malformed message raises ProtocolError."""
     import torch
 
-    if len(header) + len(blob) > MAX_REPLY_BYTES + (1 << 20):
-        raise ProtocolError("reply too large")
+    if len(header) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"reply too large: its structure takes more than {MAX_HEADER_BYTES >> 20} MiB")
+    if len(blob) > MAX_TENSOR_BYTES:
+        raise ProtocolError(f"reply too large: more than {MAX_TENSOR_BYTES >> 20} MiB of tensors")
+    header = bytes(header)
+    # all values in a container but the first follow a ",": counted before parsing, so that
+    # json.loads never builds more than a few hundred thousand objects
+    if header.count(b"[") + header.count(b"{") + header.count(b",") > 2 * MAX_NODES:
+        raise ProtocolError(f"reply too large: more than {MAX_NODES} values")
     try:
         skeleton = json.loads(header)["value"]
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ProtocolError(f"reply is not valid JSON ({type(exc).__name__})") from None
-    tensors: dict[str, Any] = {}
-    if blob:
-        try:
-            from safetensors.torch import load
-
-            tensors = load(bytes(blob))
-        except Exception as exc:  # noqa: BLE001 - any parse failure of untrusted bytes
-            raise ProtocolError(f"reply tensors are not valid safetensors ({type(exc).__name__})") from None
+    del header
+    tensors = read_tensors(blob) if len(blob) else {}
     count = [0]
 
     def need(cond, what):
@@ -608,6 +681,12 @@ class _StudentBase:
         finally:
             self._op("restore", None, value=token)
 
+    def changed_inputs(self) -> list[int]:
+        """The tensor arguments the last call changed in place, by position (in the order the
+        arguments were given, lists, tuples and dicts walked in order).  The caller's tensors
+        never change: this is how a test checks in-place behaviour."""
+        return list(self.__dict__.get("_changed_inputs", []))
+
     def _op(self, op, path, args=(), kwargs=None, value=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -662,14 +741,17 @@ class LocalStudent(_StudentBase):
             value = self._resolve_args(value)
         elif op == "replace":
             value = {k: self._resolve_args(v) for k, v in value.items()}
-        args = self._resolve_args(tuple(args))
-        kwargs = self._resolve_args(dict(kwargs or {}))
+        args = _copy_tensors(self._resolve_args(tuple(args)))
+        kwargs = _copy_tensors(self._resolve_args(dict(kwargs or {})))
+        before = _tensor_args(args, kwargs) if op == "call" else []
         try:
             result = core.perform(op, path, args, kwargs, value)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 exc.from_student = True  # as at grading time: the notebook's code raised it
             raise
+        if op == "call":
+            object.__setattr__(self, "_changed_inputs", _changed(before))
         header, blob = encode(result, core.register)
         return decode(header, blob, lambda hid, kind, text: Ref(self, (("handle", hid),), (kind, text)))
 
@@ -741,19 +823,15 @@ class KernelServer:
     def handle(self, token: str, payload: str) -> None:
         parent = self.kernel.get_parent("shell")
         generators: list = []
-        sync: list = []
         try:
             req = self._unpickler(base64.b64decode(payload), generators).load()
             op, path = req["op"], req.get("path")
             args, kwargs, value = req.get("args", ()), req.get("kwargs", {}), req.get("value")
             before = _tensor_args(args, kwargs) if op == "call" else []
             result = self.core.perform(op, path, args, kwargs, value)
-            for i, (t, copy_before) in enumerate(before):
-                if copy_before is not None and not _same_tensor(t, copy_before):
-                    sync.append((i, t))
             reply = {"result": result,
                      "generators": {tok: g.get_state() for tok, g in generators},
-                     "changed": {i: t for i, t in sync}}
+                     "changed": _changed(before)}
             header, blob = encode(reply, self.core.register)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported as data
             header, blob = encode({"error": _error_info(exc)}, self.core.register)
@@ -812,6 +890,28 @@ def _tensor_args(args, kwargs, copies: bool = True) -> list:
             and v.device.type != "meta"
         out.append((v, torch.Tensor.detach(v).clone() if small and copies else None))
     return out
+
+
+def _changed(before: list) -> list[int]:
+    """Positions (``_tensor_args`` order) of the tensors a call changed in place."""
+    return [i for i, (t, copy_before) in enumerate(before)
+            if copy_before is not None and not _same_tensor(t, copy_before)]
+
+
+def _copy_tensors(value, depth: int = 0):
+    """``value`` with every tensor in it (inside lists, tuples and dicts) replaced by a copy:
+    the notebook's code receives copies, as it does at grading time."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return torch.Tensor.detach(value).clone().requires_grad_(value.requires_grad)
+    if depth > 8:
+        return value
+    if type(value) in (list, tuple):
+        return type(value)(_copy_tensors(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: _copy_tensors(v, depth + 1) for k, v in value.items()}
+    return value
 
 
 def _same_tensor(t, before) -> bool:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from autograder.intake import IntakeError, read_submission
+from conftest import ROOT
 from autograder.judge import HIDDEN_FAILURE, KernelSession, RemoteStudent, judge_cell, judge_namespace
 from coursekit.remote import LocalStudent, ProtocolError, Ref, decode, encode
 from coursekit.sourcecheck import SourceView
@@ -117,6 +118,73 @@ def test_random_bytes_never_escape_as_anything_but_protocol_error():
             pass
 
 
+FORGER = r'''
+import json, resource, sys, tempfile
+from pathlib import Path
+import torch
+from autograder.judge import KernelSession, RemoteStudent
+from coursekit.remote import ProtocolError
+
+kind, size = sys.argv[1], int(sys.argv[2])
+session = KernelSession("python3", Path(tempfile.mkdtemp()) / "work", env={}, ipc=True)
+session.start()
+session.execute(f"""
+import torch
+from safetensors.torch import save
+def _forged(token, payload):
+    k = get_ipython().kernel
+    parent = k.get_parent("shell")
+    if {kind!r} == "json":      # one huge structure
+        header, blob = b'{{"value": [' + b'[],' * ({size} // 3) + b'[]]}}', b''
+    elif {kind!r} == "values":  # a small structure of very many values
+        header, blob = b'{{"value": [' + b'[],' * (2**20 // 3 - 10) + b'[]]}}', b''
+    else:                       # tensors, as a fine-tuned model's weights would come
+        header = b'{{"value": {{"$dict": [["result", {{"$tensor": "t0"}}]]}}}}'
+        blob = save({{"t0": torch.zeros({size} // 4)}})
+    if {kind!r} == "output":     # not a reply: an output message far larger than any kept
+        k.session.send(k.iopub_socket, "display_data", {{"data": {{"text/plain": "x" * {size}}}, "metadata": {{}}}},
+                       parent=parent)
+        header, blob = b'{{"value": {{"$dict": [["result", 1]]}}}}', b''
+    k.session.send(k.iopub_socket, "course_judge_reply", {{"token": token}}, parent=parent, buffers=[header, blob])
+__course_judge__.handle = _forged
+def f(): pass
+""", timeout=60)
+student = RemoteStudent(session, 60, [])
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    out = student.f()
+    what = f"{type(out).__name__} of {out.numel() * 4 if isinstance(out, torch.Tensor) else out} bytes"
+except ProtocolError as exc:
+    what = f"ProtocolError: {exc}"
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+session.stop()
+print(json.dumps({"base": base * 1024, "peak": peak * 1024, "what": what}))
+'''
+
+
+@pytest.mark.parametrize("kind,want", [("json", "ProtocolError: the notebook's code sent back a reply whose structure"),
+                                       ("values", "ProtocolError: reply too large: more than 100000 values"),
+                                       ("tensors", "Tensor of 100663296 bytes"),
+                                       ("output", "int of 1 bytes")])
+def test_a_forged_reply_costs_the_grader_about_its_own_size(tmp_path, kind, want):
+    """A kernel that forges a 96 MiB reply (or output) costs the grading process about that
+    much memory, never a multiple of it: sizes are checked before anything is parsed, and
+    tensors are read in place.  The whole process, torch loaded, stays under 0.5 GiB."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "forger.py"
+    script.write_text(FORGER)
+    size = 96 << 20
+    proc = subprocess.run([sys.executable, str(script), kind, str(size)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["what"].startswith(want), seen
+    assert seen["peak"] - seen["base"] <= size + (24 << 20), seen
+    assert seen["peak"] < 512 << 20, seen
+
+
 # ------------------------------------------------------------------------------ `student`
 
 @pytest.fixture(scope="module")
@@ -149,10 +217,15 @@ def test_calls_return_the_same_data_in_the_notebook_and_from_the_grader(student)
     assert type(meta["nan"]) is float and meta["nan"] != meta["nan"]
 
 
-def test_in_place_changes_and_generators_come_back(student):
+def test_arguments_travel_as_copies_and_generators_come_back(student):
+    """The test's tensors are never written to: a call that changes its argument in place says
+    so through changed_inputs(), and the caller's tensor keeps its values; a generator moves on."""
     x = torch.zeros(3)
     student.bump(x)
-    assert x.tolist() == [1.0, 1.0, 1.0]
+    assert x.tolist() == [0.0, 0.0, 0.0], "the caller's tensor was written to"
+    assert student.changed_inputs() == [0]
+    student.scale(torch.ones(2), 3)
+    assert student.changed_inputs() == []
     g, ref = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     assert student.draw(g, 4).tolist() == torch.randint(0, 1000, (4,), generator=ref).tolist()
     assert torch.equal(g.get_state(), ref.get_state()), "the generator's state moved on as in a local call"
@@ -234,6 +307,48 @@ def test_verdict_messages_name_visible_lines_and_hide_hidden_ones(local):
     assert "not answered yet" in unanswered.message
     ok = judge_cell('"""Q1 visible: x"""\nprint("fine")\nassert student.scale(torch.ones(1), 2)[0].item() == 2.0', "t", ns)
     assert ok.passed and ok.printed == "fine\n" and ok.outputs()[0]["text"] == "fine\n"
+
+
+# ------------------------------------------------------------------------------ one notebook's time
+
+def _logging_cell(log: Path, sleep: float) -> str:
+    """A cell that notes each run (with whether the grader sent it silently), sleeps, and notes its end."""
+    return (f"import time\nfrom IPython import get_ipython\n"
+            f"open({str(log)!r}, 'a').write('start ' + str(get_ipython().kernel.get_parent()['content'].get('silent'))"
+            f" + '\\n')\ntime.sleep({sleep})\nopen({str(log)!r}, 'a').write('end\\n')")
+
+
+def _run_notebook(tmp_path, cells: list[str], notebook_timeout: float) -> tuple[list[str], object]:
+    from autograder.judge import run_and_judge
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    session = KernelSession("python3", tmp_path / "work", env={}, ipc=True)
+    try:
+        notes = run_and_judge(nb, session, [], "cpu", timeout=30, notebook_timeout=notebook_timeout)
+    finally:
+        session.stop()
+    return notes, nb
+
+
+def test_a_replayed_cell_cannot_tell_it_is_replayed(tmp_path):
+    """After a kernel dies, the cells that had run are replayed exactly as they ran the first
+    time (the same request): a cell cannot behave differently, e.g. sleep, when it is replayed."""
+    log = tmp_path / "runs.log"
+    notes, _ = _run_notebook(tmp_path, [_logging_cell(log, 0)] * 3 + ["import os\nos._exit(3)", "x = 1"], 120)
+    assert any("re-ran the cells" in n for n in notes), notes
+    assert log.read_text().split("\n").count("start False") == 6, log.read_text()
+
+
+def test_replays_count_against_the_notebook_limit(tmp_path):
+    """A replay draws on the notebook's own time limit, never past it, whatever the cell limit
+    allows: here the notebook's 8 s are spent before the replay could run its 6 s cell."""
+    log = tmp_path / "runs.log"
+    notes, nb = _run_notebook(tmp_path, [_logging_cell(log, 6), "import os\nos._exit(3)", "x = 1", "y = 2"], 8)
+    runs = log.read_text().split("\n")
+    assert runs.count("end") == 1, f"the replay ran past the notebook's limit: {runs}"
+    assert any("ran longer than 8 s" in n for n in notes), notes
+    assert [c.outputs[0]["evalue"] for c in nb.cells[-2:]] == ["not run: the notebook's time limit was reached"] * 2
 
 
 # ------------------------------------------------------------------------------ reading the source

@@ -28,6 +28,20 @@ def writable(path):
         return True
     except OSError:
         return False
+def makes(path):
+    """What the kernel can make in a folder: a file, a folder, a link (each removed again)."""
+    out = {}
+    for kind, make, undo in (("file", lambda p: open(p, "w").close(), os.remove), ("dir", os.mkdir, os.rmdir),
+                             ("link", lambda p: os.symlink("/etc/passwd", p), os.remove)):
+        try:
+            make(os.path.join(path, ".made-" + kind))
+            undo(os.path.join(path, ".made-" + kind))
+            out[kind] = True
+        except OSError:
+            out[kind] = False
+    return out
+from ipykernel.kernelapp import IPKernelApp
+conn = os.path.dirname(IPKernelApp.instance().abs_connection_file)
 shared = "@SHARED@"
 found = {"shared": sorted(os.listdir(shared)) if os.path.isdir(shared) else None}
 for place in ("/tmp", "/dev/shm", "."):
@@ -43,6 +57,8 @@ print(json.dumps({
     "proc_sys_ro": any(m.split()[4] == "/proc/sys" and "ro" in m.split()[5].split(",")
                        for m in open("/proc/self/mountinfo")),
     "found": found,
+    "conn": {"where": conn, "makes": makes(conn), "sockets": sorted(os.listdir(conn))},
+    "fills": {p: makes(p) for p in ("/tmp", "/dev/shm", ".")},
 }))
 for place in ("/tmp", "/dev/shm", "."):
     open(os.path.join(place, "planted"), "w").write("from the previous kernel")
@@ -104,6 +120,7 @@ def test_a_forked_kernel_gets_a_sandbox_of_its_own(grader):
                                  str(shared): False}, first
     assert first["found"]["shared"] == ["marker"], "a read-only folder under /tmp went missing"
     assert first["proc_sys_ro"]
+    _assert_confined(first)
     # behaviour: what the first kernel planted everywhere it could write is gone for the next
     second = _run(je, base, PROBE, shared)
     assert second["pid"] == 1
@@ -122,6 +139,16 @@ def test_kernels_fall_back_to_bubblewrap_when_the_zygote_is_gone(grader):
     print(out["found"])
     assert out["pid"] == 2, "expected a kernel started by bubblewrap (PID 2 under bwrap's init)"
     assert out["found"]["."] == ["submission.ipynb"]
+    _assert_confined(out)
+
+
+def _assert_confined(seen: dict) -> None:
+    """The kernel's one folder on the host's disk, its connection folder, takes its sockets and
+    nothing else; its tmpfs folders take anything."""
+    assert seen["conn"]["where"] == sandbox.CONN_INSIDE, seen["conn"]
+    assert seen["conn"]["makes"] == {"file": False, "dir": False, "link": False}, seen["conn"]
+    assert any(name.startswith("k-") for name in seen["conn"]["sockets"]), seen["conn"]
+    assert all(made == {"file": True, "dir": True, "link": True} for made in seen["fills"].values()), seen["fills"]
 
 
 def _descendants(pid: int) -> set[int]:
