@@ -370,7 +370,9 @@ def _provenance(assignment: str, seconds: float, info: SandboxInfo) -> str:
 def _write_simple_feedback(path: Path, student: str, assignment: str, message: str) -> None:
     from html import escape
 
-    path.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(assignment)} "
+    from .htmlsafe import CSP_META
+
+    path.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'>{CSP_META}<title>{escape(assignment)} "
                     f"feedback for {escape(student)}</title></head><body><h1>{escape(assignment)}: "
                     f"{escape(student)}</h1><p>This submission was not graded automatically: "
                     f"{escape(message)}</p><p>Score: 0</p></body></html>")

@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook larger than this is not read
+MAX_CELLS = 10_000             # nor one with more cells (the assignments have under 100)
 NBGRADER_FIELDS = {"grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str,
                    "points": (int, float), "schema_version": int, "checksum": str, "cell_type": str}
 
@@ -97,6 +98,8 @@ def rebuild(raw: dict) -> tuple[nbformat.NotebookNode, list[str]]:
         cells = raw.get("cells")
     if not isinstance(cells, list):
         raise IntakeError("has no list of cells")
+    if len(cells) > MAX_CELLS:
+        raise IntakeError(f"has {len(cells):,d} cells (at most {MAX_CELLS:,d} are graded)")
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                    "language_info": {"name": "python"}}

@@ -50,6 +50,7 @@ MAX_FRAME_BYTES = 64 << 10                   # a message's header, parent header
 MAX_TEXT_OUTPUT = 200_000                    # characters of stream output kept per cell
 MAX_DATA_OUTPUT = 2_000_000                  # bytes of one rich output (image, HTML) kept
 MAX_CELL_OUTPUT = 8_000_000                  # bytes of all outputs of one cell kept
+MAX_NOTEBOOK_OUTPUT = 64_000_000             # bytes of all outputs of one notebook kept
 HIDDEN_FAILURE = "a hidden check failed (see the first line of this cell for what it checks)"
 
 
@@ -754,6 +755,15 @@ def context_sources(nb, grade_ids) -> list[str]:
     return [by_id[g] for g in grade_ids]
 
 
+def _size(outputs) -> int:
+    """About how many bytes ``outputs`` take in the notebook."""
+    total = 0
+    for out in outputs:
+        for value in [out.get("text", "")] + list((out.get("data") or {}).values()) + list(out.get("traceback") or []):
+            total += len(value) if isinstance(value, str) else len(json.dumps(value))
+    return total
+
+
 def _where(cell, index: int) -> str:
     return f"'{_gid(cell)}'" if _gid(cell) else f"cell {index + 1}"
 
@@ -799,6 +809,7 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
     namespace = cached_judge_namespace(context, device)
     namespace["student"] = student
     ran_ok: list[str] = []     # cells that ran without error, to replay after a restart
+    kept = 0                   # bytes of outputs kept so far
 
     def stop(note: str) -> None:
         notes.append(note)
@@ -862,7 +873,10 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
         except KernelDied as exc:
             run = CellRun(outputs=[], status="died", ename="DeadKernelError", evalue=str(exc))
         clock["cells"] += time.monotonic() - t0
-        cell.outputs = run.outputs
+        kept += _size(run.outputs)
+        cell.outputs = run.outputs if kept <= MAX_NOTEBOOK_OUTPUT else [nbformat.v4.new_output(
+            "stream", name="stdout", text="[output not kept: the notebook's outputs passed "
+                                          f"{MAX_NOTEBOOK_OUTPUT // 1_000_000} MB]\n")]
         cell.execution_count = run.execution_count
         if run.status == "ok":
             ran_ok.append(cell.source)

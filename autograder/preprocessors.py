@@ -105,12 +105,34 @@ class FeedbackLabels(Preprocessor):
 
 
 class FeedbackExporter(HTMLExporter):
-    """nbconvert's HTML exporter without its final pass through BeautifulSoup.
+    """nbconvert's HTML exporter for pages that show a student's notebook to anyone: every
+    piece of the student's markdown and outputs goes through ``autograder.htmlsafe`` (math as
+    MathML, an allow-list sanitiser), JavaScript and widget outputs are never shown (their
+    plain-text form is), and the page allows no script at all (``htmlsafe.CSP``).
 
-    That pass only gives images without alt text a placeholder and makes JupyterLab
-    cells focusable (the feedback template has none), yet it parses every token span of
-    the highlighted code: about a third of the time a feedback page takes.  The alt
-    text is added here with a regular expression instead."""
+    It also skips nbconvert's final pass through BeautifulSoup, which only gives images
+    without alt text a placeholder and makes JupyterLab cells focusable (the feedback
+    template has none), yet parses every token span of the highlighted code: about a third
+    of the time a feedback page takes.  The alt text is added with a regular expression."""
+
+    sanitize_html = Bool(True)
+
+    @property
+    def default_config(self):
+        from traitlets.config import Config
+
+        c = super().default_config
+        c.merge(Config({"NbConvertBase": {"display_data_priority": [
+            "text/html", "text/markdown", "image/svg+xml", "text/latex", "image/png", "image/jpeg", "text/plain"]}}))
+        return c
+
+    def default_filters(self):
+        from . import htmlsafe
+
+        yield from super().default_filters()
+        yield ("markdown2html", lambda source, *a, **k: htmlsafe.markdown_to_html(source))
+        yield ("clean_html", htmlsafe.sanitize)
+        yield ("latex2mathml", htmlsafe.latex_to_html)
 
     def from_notebook_node(self, nb, resources=None, **kw):
         langinfo = nb.metadata.get("language_info", {})

@@ -278,6 +278,23 @@ def install_kernelspec(jupyter_dir: Path, memory_mb: int = DEFAULT_MEMORY_MB, us
     return spec_dir
 
 
+def _die_with_parent() -> None:
+    """This launcher (and bubblewrap, which it becomes) is killed when the grading process that
+    started it dies, and does not start anything when that process is already gone: a grading
+    worker killed at its time limit leaves no kernel behind.  (bubblewrap's own
+    ``--die-with-parent`` would tie the sandbox to this process only.)"""
+    import ctypes
+    import signal
+
+    parent = os.environ.get("JPY_PARENT_PID")  # set by jupyter_client for the kernels it starts
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent and parent.isdigit() and os.getppid() != int(parent):
+        sys.exit(1)  # the process that asked for this kernel is gone
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m autograder.sandbox")
     parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB)
@@ -297,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     # whatever follows (e.g. --HistoryManager.hist_file=:memory:) is for the kernel
     args, kernel_args = parser.parse_known_args(argv)
 
+    _die_with_parent()
     limit = args.memory_mb << 20
     # inherited across exec; see the module docstring for why the GPU gets RLIMIT_DATA
     resource.setrlimit(resource.RLIMIT_DATA if args.gpu else resource.RLIMIT_AS, (limit, limit))

@@ -44,9 +44,10 @@ def remove_tree(path: str | os.PathLike) -> bool:
 
 
 def short_tmp() -> str:
-    """A short folder for socket paths (UNIX socket paths must stay under ~100 bytes)."""
-    for base in ("/tmp", tempfile.gettempdir()):
-        if os.path.isdir(base) and os.access(base, os.W_OK):
+    """The system's temporary folder, when its path is short enough for the sockets below it
+    (UNIX socket paths must stay under about 100 bytes), else ``/tmp``."""
+    for base in (tempfile.gettempdir(), "/tmp"):
+        if len(base) <= 40 and os.path.isdir(base) and os.access(base, os.W_OK):
             return base
     return tempfile.gettempdir()
 

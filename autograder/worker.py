@@ -49,8 +49,6 @@ def record_outcomes() -> None:
     reason nbgrader refused or failed a submission (its own message, not a later step's), and
     ``complete`` once every notebook of that student was judged, scored and written.  Rows
     nbgrader creates up front prove nothing: a worker killed half way leaves them behind."""
-    import traceback
-
     from nbgrader.apps import autogradeapp
     from nbgrader.converters import Autograde
 
@@ -82,8 +80,9 @@ def record_outcomes() -> None:
         def _record_failure(self, exc: BaseException) -> None:
             student = getattr(self, "_course_student", None)
             if student and self._status_dir():
-                last = (traceback.format_exception_only(type(exc), exc) or ["?"])[-1].strip()
-                record_status(self._status_dir(), student, refused=f"nbgrader: {last}"[:500])
+                text = " ".join(str(exc).split()) or "no reason given"
+                record_status(self._status_dir(), student,
+                              refused=f"nbgrader refused the notebook ({type(exc).__name__}: {text})"[:500])
 
     autogradeapp.Autograde = RecordedAutograde
 

@@ -546,7 +546,107 @@ def cases(port: int, grading_dir: Path | None, places: dict | None = None) -> li
             "calculate_multihead_attention",
             "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool, device=device)")),
              30, flagged=True),
+    ] + edge_cases()
+
+
+# --- the judge's values, the grader's pages and the host's disk ---------------------------------
+
+def _zeroing(zero: bool):
+    """Q1 and Q2 answers that compute no attention: Q1 returns zeros of the right shape, Q2 the
+    uniform weights that all-zero scores would give.  With ``zero`` they also zero their inputs
+    in place, which would make a reference computed from the test's own (changed) tensors agree
+    with them: they must score exactly what the same code without the zeroing scores."""
+    wipe = "{}.zero_()\n" if zero else ""
+    q1 = "".join(wipe.format(n) for n in ("x", "w_q", "w_k", "w_v")) + \
+        "B, T, C = x.shape\nz = torch.zeros(B, n_head, T, C // n_head)\nreturn z, z.clone(), z.clone()"
+    q2 = "".join(wipe.format(n) for n in ("q", "k", "v")) + \
+        "w = torch.full(q.shape[:-1] + (k.size(-2),), 1.0 / k.size(-2))\nreturn w @ v, w"
+    return _answers({"get_multihead_qkv": q1, "calculate_multihead_attention": q2})
+
+
+MARKDOWN_XSS = """## My notes
+<script>document.body.setAttribute('data-pwned', 'markdown script')</script>
+<img src="x" onerror="document.body.setAttribute('data-pwned', 'markdown img')">
+<style>body { display: none }</style>
+[a link](javascript:document.body.setAttribute('data-pwned','link')) and $e^{i\\pi} + 1 = 0$
+"""
+OUTPUT_XSS = r'''
+from IPython.display import HTML, SVG, Javascript, Markdown, display
+display(HTML("<b>bold</b><script>document.body.setAttribute('data-pwned', 'html script')</script>"
+             "<img src=x onerror=\"document.body.setAttribute('data-pwned', 'html img')\">"))
+display(Javascript("document.body.setAttribute('data-pwned', 'javascript output')"))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><script>'
+            "document.body.setAttribute('data-pwned', 'svg')</script><rect width='10' height='10'/></svg>"))
+display(Markdown("<img src=x onerror=\"document.body.setAttribute('data-pwned', 'markdown output')\">"))
+'''
+
+
+def _markdown_after(gid, text, base=_full):
+    def build():
+        nb = base()
+        nb.cells.insert(_index(nb, gid) + 1, nbformat.v4.new_markdown_cell(text))
+        return nb
+    return build
+
+
+# the kernel's one folder on the host's disk takes sockets only; its tmpfs folders anything
+FILLS_DISK = '''
+import os
+from ipykernel.kernelapp import IPKernelApp
+_conn = os.path.dirname(IPKernelApp.instance().abs_connection_file)
+_refused = []
+for _try in (lambda: open(os.path.join(_conn, "fill.bin"), "wb").write(b"x" * (64 << 20)),
+             lambda: os.makedirs(os.path.join(_conn, "deep")),
+             lambda: os.symlink("/", os.path.join(_conn, "root")),
+             lambda: open(IPKernelApp.instance().abs_connection_file, "a").write("x" * 1000)):
+    try:
+        _try()
+    except OSError:
+        _refused.append(True)
+print("refused", len(_refused), "of 4")
+_d = "/tmp"
+for _i in range(3000):  # a tree far deeper than Python's recursion limit, in the kernel's own /tmp
+    _d = os.path.join(_d, "d")
+    os.mkdir(_d)
+'''
+
+
+def _schema(version):
+    def edit(raw):
+        for cell in raw["cells"]:
+            if "nbgrader" in cell.get("metadata", {}):
+                cell["metadata"]["nbgrader"]["schema_version"] = version
+    return edit
+
+
+def _test_cell_with_answer_id():
+    """A test cell (grade, locked, points) carrying the grade id of an answer cell."""
+    nb = _full()
+    _cell(nb, "get_multihead_qkv").metadata["nbgrader"].update(grade=True, solution=False, locked=True, points=5)
+    return nb
+
+
+def edge_cases() -> list[Case]:
+    """Kinds of issue "Hostile at every edge" (each with its intended outcome)."""
+    return [
+        Case("zeroes_its_inputs", _nb("zeroes_its_inputs", _zeroing(True)), 0),
+        Case("same_without_zeroing", _nb("same_without_zeroing", _zeroing(False)), 0),
+        Case("markdown_xss", _nb("markdown_xss", _markdown_after("get_multihead_qkv", MARKDOWN_XSS)), 30),
+        Case("output_xss", _nb("output_xss", _new_cell_after("imports", OUTPUT_XSS)), 30),
+        Case("fills_host_disk", _nb("fills_host_disk", _new_cell_after("imports", FILLS_DISK)), 30, sandbox=True),
+        Case("schema_too_new", _json("schema_too_new", _full, _schema(99)), 0, "error",
+             "nbgrader refused the notebook (SchemaTooNewError: Schema version is too new: 99"),
+        Case("test_cell_with_answer_id", _nb("test_cell_with_answer_id", _test_cell_with_answer_id), 0, "error",
+             "nbgrader refused the notebook (MissingEntry: No such grade cell"),
+        Case("many_cells", _nb("many_cells", _many_cells), 0, "error", "has 20,040 cells (at most 10,000"),
     ]
+
+
+def _many_cells():
+    """A notebook of tens of thousands of cells: refused at intake, in one line."""
+    nb = _full()
+    nb.cells += [nbformat.v4.new_code_cell("pass") for _ in range(20_040 - len(nb.cells))]
+    return nb
 
 
 def _with_alias():

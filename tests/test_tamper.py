@@ -4,11 +4,13 @@ and the gradebook stays consistent."""
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import shutil
 import socket
 import sqlite3
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -85,10 +87,38 @@ def corpus_run(tmp_path_factory, places):
     corpus = cases(places["listener"].tcp.getsockname()[1], grading, places)
     for case in corpus:
         case.write(subs)
-    # 5 s per cell: three cases hang on purpose (the honest cells of this notebook take well under 1 s)
-    report = grade("attention", subs, out_dir=out / "reports", grading_dir=grading, cell_timeout=5, workers=2)
+    # the run's system temporary folder is a private one, to see what it leaves behind
+    private = Path(tempfile.mkdtemp(prefix="ct", dir="/tmp"))
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"], tempfile.tempdir = str(private), None
+    try:
+        # 5 s per cell: three cases hang on purpose (the honest cells of this notebook take well under 1 s)
+        report = grade("attention", subs, out_dir=out / "reports", grading_dir=grading, cell_timeout=5, workers=2)
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR")
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = None
+    left = {"files": sorted(str(p.relative_to(private)) for p in private.rglob("*")),
+            "processes": _processes_naming(str(private))}
+    shutil.rmtree(private, ignore_errors=True)
     by_file = {r.file: r for r in report.results}
-    return corpus, report, by_file, grading, out
+    return corpus, report, by_file, grading, out, left
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Command lines of running processes that name ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmd:
+                found.append(cmd[:2000])
+    return found
 
 
 def _result(by_file, case):
@@ -101,7 +131,7 @@ def _result(by_file, case):
 
 def test_corpus_covers_every_kind(corpus_run):
     corpus, report, *_ = corpus_run
-    assert len(corpus) >= 45
+    assert len(corpus) >= 52
     assert len(report.results) == len(corpus), "every file gets a line in the summary"
 
 
@@ -134,7 +164,7 @@ def test_no_connection_reached_the_host(corpus_run, places):
 
 
 def test_nothing_outside_the_sandbox_was_written(corpus_run, places):
-    *_, grading, out = corpus_run
+    *_, grading, out, _ = corpus_run
     if not SANDBOX:
         pytest.skip("needs bubblewrap")
     assert Path(places["sentinel"]).read_text() == "the instructor's file\n"
@@ -145,7 +175,7 @@ def test_nothing_outside_the_sandbox_was_written(corpus_run, places):
 def test_no_file_for_students_shows_a_hidden_test(corpus_run):
     """Feedback pages, the feedback folders and the reports: no line of a hidden test (and no
     copy of a solutions notebook) anywhere, whatever the submissions tried."""
-    *_, grading, out = corpus_run
+    *_, grading, out, _ = corpus_run
     if not SANDBOX:
         pytest.skip("needs bubblewrap: without it student code can read the instructor's files")
     hidden = set()
@@ -165,7 +195,7 @@ def test_no_file_for_students_shows_a_hidden_test(corpus_run):
 
 
 def test_gradebook_stays_consistent(corpus_run):
-    corpus, report, by_file, grading, _ = corpus_run
+    corpus, report, by_file, grading, _, _ = corpus_run
     con = sqlite3.connect(grading / "gradebook.db")
     tables = {t for (t,) in con.execute("select name from sqlite_master where type='table'")}
     assert "pwned" not in tables
@@ -175,9 +205,73 @@ def test_gradebook_stays_consistent(corpus_run):
 
 
 def test_huge_outputs_are_truncated(corpus_run):
-    *_, grading, _ = corpus_run
+    *_, grading, _, _ = corpus_run
     for sid in ("huge_output", "html_flood"):
         nb = grading / "autograded" / sid / "attention" / "attention.ipynb"
         assert nb.stat().st_size < 10_000_000, sid
         page = grading / "feedback" / sid / "attention" / "attention.html"
         assert page.stat().st_size < 12_000_000, sid
+
+
+# ------------------------------------------------------------------------------ the edges
+
+def test_nothing_of_the_kernels_is_left_on_the_host(corpus_run):
+    """Connection folders, zygotes, kernels' scratch: nothing a kernel or a worker made is left
+    in the system's temporary folder, and no process of the run keeps running.  (The kernel
+    that tried to fill its connection folder was refused four times: fills_host_disk.)"""
+    *_, grading, _, left = corpus_run
+    assert left == {"files": [], "processes": []}, left
+    nb = read_nb(grading / "autograded" / "fills_host_disk" / "attention" / "attention.ipynb")
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    if SANDBOX:
+        assert "refused 4 of 4" in printed, printed[:500]
+
+
+def test_a_function_that_zeroes_the_tests_inputs_gains_nothing(corpus_run):
+    """The judge's tensors are its own: code that zeroes its arguments in place scores exactly
+    what the same code without the zeroing scores."""
+    corpus, _, by_file, *_ = corpus_run
+    scores = {c.name: _result(by_file, c).score for c in corpus if "zeroing" in c.name or "zeroes" in c.name}
+    assert len(scores) == 2 and len(set(scores.values())) == 1, scores
+
+
+def test_feedback_pages_run_no_student_script(corpus_run, tmp_path):
+    """The feedback pages of notebooks whose markdown and outputs carry scripts, event handlers,
+    JavaScript, SVG and markdown outputs, opened in Chromium with the network off: no script
+    of the student's runs, nothing is fetched, the page says so in its Content-Security-Policy,
+    and the student's math and the assignment's formulas are typeset (MathML)."""
+    from test_book_browser import CHROMIUM, DevTools, _isolation
+
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed")
+    *_, out, _ = corpus_run
+    prefix, _how = _isolation()
+    (tmp_path / "profile").mkdir()
+    tools = DevTools(prefix, tmp_path / "profile")
+    try:
+        target = next(t for t in tools.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        session = tools.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Network"):
+            tools.send(f"{domain}.enable", session=session)
+        for name in ("markdown_xss", "output_xss"):
+            page = out / "reports" / "feedback" / f"{name}.html"
+            assert "Content-Security-Policy" in page.read_text()
+            tools.events.clear()
+            tools.send("Page.navigate", {"url": page.as_uri()}, session=session)
+            tools.wait_for("Page.loadEventFired")
+            seen = json.loads(tools.send("Runtime.evaluate", {"expression": """JSON.stringify({
+                pwned: document.body.getAttribute('data-pwned'),
+                maths: Array.from(document.querySelectorAll('math')).filter(m => m.getBoundingClientRect().width > 0).length,
+                scripts: document.querySelectorAll('script').length,
+                handlers: Array.from(document.querySelectorAll('*')).filter(e => Array.from(e.attributes).some(a => a.name.startsWith('on'))).length,
+                })""", "returnByValue": True}, session=session)["result"]["value"])
+            shot = tools.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
+            (out / f"feedback-{name}.png").write_bytes(__import__("base64").b64decode(shot))
+            requests = [e["params"]["request"]["url"] for e in tools.events if e.get("method") == "Network.requestWillBeSent"]
+            dialogs = [e for e in tools.events if e.get("method") == "Page.javascriptDialogOpening"]
+            assert seen["pwned"] is None and not dialogs, f"{name}: a student's script ran ({seen['pwned']})"
+            assert seen["scripts"] == 0 and seen["handlers"] == 0, f"{name}: {seen}"
+            assert not [u for u in requests if not u.startswith(("file://", "data:"))], f"{name}: {requests[:5]}"
+            assert seen["maths"] >= 3, f"{name}: {seen['maths']} typeset formulas"
+    finally:
+        tools.close()

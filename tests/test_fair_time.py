@@ -1,0 +1,94 @@
+"""A student's time is their own, and "graded" means judged.
+
+One worker grades a notebook that spends all of its time (cells that sleep, a kernel that dies
+and is replayed) and, after it, an honest one.  The worker is killed (as at its time limit)
+while it judges the honest notebook: nbgrader has already made that student's rows in the
+gradebook and written the sanitised notebook where the graded one goes, but the grader never
+recorded that the judging finished, so the honest notebook is graded again on its own and
+gets its 30 points.  Nothing of the run is left in the system's temporary folder.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+
+from autograder import workers
+from autograder.grade import grade
+from conftest import filled_exercise
+from test_tamper import _processes_naming
+
+WASTER_CELLS = ["import time\ntime.sleep(4)"] * 3 + ["import os\nos._exit(1)"] + ["import time\ntime.sleep(4)"] * 4
+
+
+def _has_rows(db: Path, student: str) -> bool:
+    """True once nbgrader has made ``student``'s submission rows in the gradebook ``db``."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return con.execute("SELECT count(*) FROM submitted_assignment WHERE student_id = ?",
+                               (student,)).fetchone()[0] > 0
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
+def test_an_honest_student_next_to_a_time_waster_gets_full_marks(tmp_path, monkeypatch):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    waster = filled_exercise("attention")
+    at = next(i for i, c in enumerate(waster.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "imports")
+    waster.cells[at + 1:at + 1] = [nbformat.v4.new_code_cell(src) for src in WASTER_CELLS]
+    nbformat.write(waster, subs / "a_waster_attention.ipynb")
+    nbformat.write(filled_exercise("attention"), subs / "b_honest_attention.ipynb")
+
+    runs = []
+    run_worker = workers.run_worker
+
+    def killed_while_grading_the_honest_one(w, assignment, root, extra, env, timeout):
+        """The batch's worker is killed (as at its time limit) once it has begun the honest
+        notebook: nbgrader has made that student's rows, the judging has not finished."""
+        runs.append(list(w.students))
+        if len(w.students) == 1:
+            return run_worker(w, assignment, root, extra, env, timeout)
+        done = threading.Event()
+        threading.Thread(target=lambda: (run_worker(w, assignment, root, extra, env, timeout), done.set()),
+                         daemon=True).start()
+        # nbgrader's first pass writes the sanitised notebook where the graded one will go, and
+        # the student's rows exist (no scores yet): the judging is under way
+        sanitised = w.gdir / "autograded" / "b_honest" / assignment / "attention.ipynb"
+        while not done.is_set() and not (sanitised.exists() and _has_rows(w.gdir / "gradebook.db", "b_honest")):
+            time.sleep(0.05)
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmd = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"autograder.worker" in cmd and str(w.gdir).encode() in cmd:
+                    os.kill(int(entry.name), signal.SIGKILL)
+        done.wait(120)
+        return w
+
+    monkeypatch.setattr(workers, "run_worker", killed_while_grading_the_honest_one)
+    private = Path(tempfile.mkdtemp(prefix="cf", dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    report = grade("attention", subs, grading_dir=tmp_path / "grading", cell_timeout=5, notebook_timeout=20,
+                   workers=1)
+    by_id = report.by_student()
+    honest, wasted = by_id["b_honest"], by_id["a_waster"]
+    assert (honest.status, honest.score) == ("graded", 30.0), honest
+    assert wasted.status == "graded" and "ran longer than 20 s" in wasted.message, wasted
+    assert runs == [["a_waster", "b_honest"], ["b_honest"]], runs
+    assert sorted(str(p.relative_to(private)) for p in private.rglob("*")) == []
+    left = _processes_naming(str(private))
+    assert left == [], "\n".join(left)
+    os.rmdir(private)
