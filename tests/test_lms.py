@@ -19,11 +19,11 @@ def test_canvas_zip_with_roster(tmp_path):
     z = tmp_path / "submissions.zip"
     with zipfile.ZipFile(z, "w") as zf:
         zf.writestr("leeann_1001_5001_attention.ipynb", NB)
-        zf.writestr("kimbo_LATE_1002_5002_attention-1.ipynb", NB)
-        zf.writestr("kimbo_LATE_1002_5003_attention-2.ipynb", NB)      # a second file: duplicate
+        zf.writestr("kimbo_LATE_1002_5002_attention-1.ipynb", NB)      # an older file: duplicate
+        zf.writestr("kimbo_LATE_1002_5003_attention-2.ipynb", NB)      # the newest: graded
         zf.writestr("stranger_1999_5004_attention.ipynb", NB)          # not in the roster
         zf.writestr("leeann_1001_5005_report.pdf", b"%PDF")            # not a notebook
-        zf.writestr("../evil.ipynb", NB)                                # path traversal: ignored
+        zf.writestr("../evil.ipynb", NB)                                # path traversal: a row, nothing written
     roster = tmp_path / "roster.csv"
     roster.write_text("student_id,lms_id,name,email\ns001,1001,Lee Ann,lee@uni.example\n"
                       "s002,1002,Kim Bo,kim@uni.example\n")
@@ -32,13 +32,15 @@ def test_canvas_zip_with_roster(tmp_path):
     assert sorted(p.name for p in out.glob("*.ipynb")) == ["s001_attention.ipynb", "s002_attention.ipynb"]
     status = {e.source: e.status for e in entries}
     assert status["leeann_1001_5001_attention.ipynb"] == "collected"
-    assert status["kimbo_LATE_1002_5002_attention-1.ipynb"] == "collected, LATE"
-    assert status["kimbo_LATE_1002_5003_attention-2.ipynb"].startswith("duplicate: student s002")
+    # issue 25: the newest Canvas resubmission is graded (before: the first, 5002)
+    assert status["kimbo_LATE_1002_5003_attention-2.ipynb"] == "collected, LATE"
+    assert status["kimbo_LATE_1002_5002_attention-1.ipynb"].startswith("duplicate: an older file of student s002")
     assert status["stranger_1999_5004_attention.ipynb"].startswith("unmatched: canvas id 1999")
     assert status["leeann_1001_5005_report.pdf"].startswith("not a notebook")
     assert not (tmp_path / "evil.ipynb").exists()
+    assert status["../evil.ipynb"].startswith("unsafe path")
     report = _rows(out / ".collect_report.csv")
-    assert len(report) == len(entries) == 5
+    assert len(report) == len(entries) == 6  # issue 25: the unsafe entry has its row too (before: 5, none)
     ids = {r["student_id"]: r for r in _rows(out / ".lms_ids.csv")}
     assert ids["s002"]["late"] == "yes" and ids["s001"]["email"] == "lee@uni.example"
 
