@@ -270,7 +270,7 @@ def _collect(assignment: str, items: list[_Item], out: Path, by_lms: dict, max_f
                         f"{_fmt_bytes(item.size)}): not extracted")
             continue
         except Exception as exc:  # noqa: BLE001 - a corrupt or encrypted entry is its own row
-            e.status = f"could not be extracted: {type(exc).__name__}: {exc}"[:300]
+            e.status = f"could not be extracted: {_cause(exc)}"[:300]
             continue
         written += size
         e.target = target
@@ -319,6 +319,16 @@ def _judge(e: Entry, item: _Item, assignment: str, by_lms: dict, max_file: int) 
     else:
         return True
     return False
+
+
+def _cause(exc: Exception) -> str:
+    if isinstance(exc, RuntimeError) and "encrypted" in str(exc):
+        return "it is encrypted (a password would be needed)"
+    if isinstance(exc, NotImplementedError):
+        return f"its compression method is not supported ({exc})"
+    if isinstance(exc, zipfile.BadZipFile):
+        return f"the zip is corrupt there ({exc})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _TooBig(Exception):

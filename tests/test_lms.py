@@ -5,8 +5,12 @@ import csv
 import sys
 import zipfile
 
-from autograder.lms import collect
+import pytest
+
+from autograder import csvsafe
+from autograder.lms import collect, read_report, summary
 from conftest import ROOT, run
+from lms_corpus import CASES
 
 NB = (ROOT / "exercises" / "attention" / "attention.ipynb").read_bytes()
 
@@ -89,3 +93,45 @@ def test_grade_reads_an_lms_zip_and_exports_for_the_lms(tmp_path):
     assert moodle[0]["ID number"] == "s001" and moodle[0]["Email address"] == "lee@uni.example"
     for png in ("histogram.png", "pass_rates.png"):
         assert (tmp_path / "out" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+# ----------------------------------------------------------------------------- hostile downloads (issue 25)
+
+def _tree(root):
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_download(case, tmp_path):
+    """Every entry gets a row with what became of it; nothing is written but the notebooks
+    collected, into the output folder; the class goes on."""
+    (tmp_path / "instructor-secret.txt").write_text("SECRET OF THE GRADER")
+    (tmp_path / "in").mkdir()
+    source = case.build(tmp_path / "in")
+    roster = None
+    if case.roster:
+        roster = tmp_path / "roster.csv"
+        roster.write_text(case.roster)
+    before = _tree(tmp_path)
+    out = tmp_path / "out"
+    entries = collect("attention", source, out, roster, **case.limits)
+
+    assert all(e.status for e in entries) and len(entries) == len(case.expect)
+    for key, start in case.expect.items():
+        found = [e for e in entries if (e.source.startswith(key[:-3]) if key.endswith("...") else e.source == key)]
+        assert len(found) == 1 and found[0].status.startswith(start), (key, [e.status for e in found])
+    report = csvsafe.read(out / ".collect_report.csv")
+    assert [(r["source"], r["status"]) for r in report] == [(e.source, e.status) for e in entries]
+    assert [e.source for e in read_report(out)] == [e.source for e in entries if not e.status.startswith("ignored:")]
+
+    written = {p.name for p in out.iterdir()} - {".collect_report.csv", ".lms_ids.csv"}
+    assert written == {e.target for e in entries if e.target}
+    wanted = case.collected - {"*"}
+    assert wanted <= written and ("*" in case.collected or wanted == written), written
+    assert all(len(name.encode()) <= 255 for name in written)
+    assert _tree(tmp_path) - before == {"out"} | {f"out/{n}" for n in written | {".collect_report.csv", ".lms_ids.csv"}}
+    for path in out.iterdir():
+        assert b"SECRET OF THE GRADER" not in path.read_bytes() and b"root:" not in path.read_bytes()
+    if case.check:
+        case.check(entries)
+    assert summary(entries).count("\n") == len(entries)  # one line per entry, and the count
