@@ -63,7 +63,7 @@ def unquote(value: str) -> str:
     """The cell as it was before ``writer`` protected it."""
     if value[:1] == "'" and value[1:2] in _CONTROL_START:
         return value[1:]
-    if value[:1] == "'" and value[1:2] in _DEFUSED_START:
+    if value[:1] == "'" and (value[1:2] in _DEFUSED_START or value[1:3] == "\\|"):
         return value[1:].replace("\\|", "|")
     return value
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import sys
 import zipfile
 
@@ -16,7 +17,8 @@ NB = (ROOT / "exercises" / "attention" / "attention.ipynb").read_bytes()
 
 
 def _rows(path):
-    return list(csv.DictReader(open(path, newline="")))
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
 
 
 def test_canvas_zip_with_roster(tmp_path):
@@ -135,3 +137,87 @@ def test_hostile_download(case, tmp_path):
     if case.check:
         case.check(entries)
     assert summary(entries).count("\n") == len(entries)  # one line per entry, and the count
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def test_csv_cells_the_lms_and_students_choose_cannot_be_formulas(tmp_path):
+    """Names from the roster and file names from the zip that start a formula reach every CSV
+    file the grader writes as text (a leading '); the grade columns stay numbers."""
+    from autograder.grade import grade
+
+    corrupt = b'{"cells": ['  # no kernel needed: the point is the files written
+    z = tmp_path / "canvas.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr('=HYPERLINK("evil.example";"x")_1001_5001_attention.ipynb', corrupt)
+        zf.writestr("+cmd|' calc'!A0_1002_5002_attention.ipynb", corrupt)
+        zf.writestr("-2+3_1003_5003_attention.ipynb", corrupt)
+        zf.writestr("@SUM(1+1)_1004_5004_attention.ipynb", corrupt)
+        zf.writestr("=1+1 report.pdf", b"%PDF")  # nobody's: a row of its own
+        zf.writestr("\t=1+1.ipynb", corrupt)
+    roster = tmp_path / "roster.csv"
+    roster.write_text('student_id,lms_id,name,email,login,section\n'
+                      's001,1001,"=HYPERLINK(""http://evil.example"",""click"")",@SUM(1+1),-2+3,"\r=1"\n'
+                      's002,1002,+1-1,\t=1,ok,ok\ns003,1003,Cy,cy@uni.example,cy,A\n'
+                      's004,1004,Di,di@uni.example,di,A\n')
+    out, grading = tmp_path / "out", tmp_path / "g"
+    grade("attention", z, out_dir=out, grading_dir=grading, roster=roster)
+    files = [out / "grades.csv", out / "canvas.csv", out / "moodle.csv", out / "lms_ids.csv",
+             grading / "collected" / "attention" / ".collect_report.csv",
+             grading / "collected" / "attention" / ".lms_ids.csv", grading / "class" / "roster.csv"]
+    seen = ""
+    for path in files:
+        with open(path, newline="", encoding="utf-8") as fh:
+            for row in csv.reader(fh):
+                for cell in row:
+                    seen += cell + "\n"
+                    assert not cell.startswith(FORMULA_START) or re.fullmatch(r"-?\d+(\.\d+)?", cell), (path, cell)
+    for text in ("'=HYPERLINK(\"http://evil.example\"", "'@SUM(1+1)", "'-2+3", "'+1-1", "'\t=1", "'\r=1",
+                 "'=1+1 report.pdf", "'+cmd\\|' calc'!A0"):
+        assert text in seen, text  # the cells are there, as text
+    column = "Multi-head attention and positional encoding"
+    canvas = _rows(out / "canvas.csv")
+    assert canvas[0][column] == "30" and {float(r[column]) for r in canvas[1:]} == {0.0}  # numbers
+    assert {r["SIS User ID"]: r["Student"] for r in canvas[1:]}["s001"].startswith("'=HYPERLINK")
+
+
+def test_csv_writer_quotes_text_not_numbers(tmp_path):
+    path = tmp_path / "x.csv"
+    cells = ["30", "29.5", "0", "-2", "-0.5", 3, -1.5, "=1+1", "+1", "-2+3", "-inf", "@x", "\tx", "\rx", "|x", "a=1"]
+    csvsafe.write(path, [f"c{i}" for i in range(len(cells))], [cells])
+    with open(path, newline="") as fh:
+        written = list(csv.reader(fh))[1]
+    assert written == ["30", "29.5", "0", "-2", "-0.5", "3", "-1.5", "'=1+1", "'+1", "'-2+3", "'-inf", "'@x",
+                       "'\tx", "'\rx", "'\\|x", "a=1"]
+    assert [list(r.values()) for r in csvsafe.read(path)] == [[str(c) for c in cells]]  # read back as written
+
+
+def test_a_moodle_zip_with_a_150_character_cjk_name_grades_everyone(tmp_path):
+    """The folder name is 456 bytes (legal in Moodle, too long for one Linux file name): its
+    student is graded like the others, and hostile entries beside them are rows with reasons."""
+    import nbformat
+
+    from autograder.grade import grade
+    from conftest import filled_exercise
+    from lms_corpus import MOODLE_CJK, _info
+
+    full = nbformat.writes(filled_exercise("attention")).encode()
+    z = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr(f"{MOODLE_CJK}/attention.ipynb", full)
+        zf.writestr("Bo Brown_7302_assignsubmission_file_/attention.ipynb", NB)
+        zf.writestr("Cy Chen_7303_assignsubmission_file_/../../../escaped.ipynb", full)
+        zf.writestr(_info("Di Diaz_7304_assignsubmission_file_/attention.ipynb", 0o120777), "/etc/passwd")
+    out = tmp_path / "out"
+    report = grade("attention", z, out_dir=out, grading_dir=tmp_path / "g", workers=2)
+    by = report.by_student()
+    assert by["moodle7301"].status == "graded" and by["moodle7301"].score == 30
+    assert by["moodle7302"].status == "graded" and by["moodle7302"].score < 30
+    rows = {r["student_id"]: r for r in _rows(out / "grades.csv")}
+    assert rows["moodle7301"]["total"] == "30"
+    assert rows["moodle7303"]["status"] == "not graded" and "unsafe path" in rows["moodle7303"]["reason"]
+    assert rows["moodle7304"]["status"] == "not graded" and "symbolic link" in rows["moodle7304"]["reason"]
+    names = {r["ID number"]: r["Full name"] for r in _rows(out / "moodle.csv")}
+    assert names["moodle7301"] == MOODLE_CJK.split("_")[0]
+    assert not (tmp_path / "escaped.ipynb").exists() and not (tmp_path / "g" / "escaped.ipynb").exists()
