@@ -83,9 +83,10 @@ def _fmt_bytes(n: int) -> str:
 
 
 def _printable(text: str) -> str:
-    """``text`` with control and format characters (newlines, bidi overrides) as escapes,
+    """``text`` with control and format characters (newlines, bidi overrides) and the bytes
+    of a file name that is not UTF-8 as escapes,
     and a name beyond MAX_NAME_CHARS shortened with a hash of the whole."""
-    out = "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
+    out = "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") else ch
                   for ch in text)
     if len(out) > MAX_NAME_CHARS:
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]

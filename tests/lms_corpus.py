@@ -232,4 +232,8 @@ CASES = [
          {"evil\\u000aname_attention.ipynb": "collected", "gnp.\\u202eattention_x.ipynb": "collected",
           "=HYPERLINK(\"evil.example\")_1004_5005_attention.ipynb": "collected"},
          {"evil_name_attention.ipynb", "gnp._attention_x_attention.ipynb", "canvas1004_attention.ipynb"}),
+    Case("a file name in a folder that is not UTF-8",
+         _folder({os.fsdecode(b"s7\xff\xfe_attention.ipynb"): NB, os.fsdecode(b"notes\xff.txt"): b"hi"}),
+         {"s7\\udcff\\udcfe_attention.ipynb": "collected", "notes\\udcff.txt": "not a notebook (.txt)"},
+         {"s7_attention.ipynb"}),
 ]
