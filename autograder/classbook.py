@@ -9,11 +9,12 @@ each get a row with the reason.
 """
 from __future__ import annotations
 
-import csv
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import csvsafe
 
 _Q_HEADING = re.compile(r"^\s*#{1,6}\s*(Q\d+[a-z]?)\b", re.M)
 _DOC = re.compile(r'^\s*"""(.*?)"""', re.S)
@@ -107,7 +108,10 @@ def save_roster(grading: Path, roster: Path | None) -> None:
         return
     target = Path(grading) / "class" / "roster.csv"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(Path(roster).read_bytes())
+    rows = csvsafe.read(Path(roster))  # written again, so that no cell of the copy can be a formula
+    header = list(rows[0]) if rows else ["student_id", "lms_id"]
+    csvsafe.write(target, [h for h in header if h is not None],
+                  [[r.get(h) or "" for h in header if h is not None] for r in rows])
 
 
 def read_roster(grading: Path) -> dict[str, dict]:
@@ -115,8 +119,7 @@ def read_roster(grading: Path) -> dict[str, dict]:
     path = Path(grading) / "class" / "roster.csv"
     if not path.exists():
         return {}
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        return {r["student_id"].strip(): r for r in csv.DictReader(fh) if r.get("student_id", "").strip()}
+    return {r["student_id"].strip(): r for r in csvsafe.read(path) if (r.get("student_id") or "").strip()}
 
 
 def record_intake(grading: Path, assignment: str, rows: list[dict]) -> None:

@@ -44,7 +44,12 @@ def _cmd_collect(args) -> int:
     source = Path(args.source)
     if not source.exists():
         raise CliError(f"no such zip file or folder: {source}")
-    entries = collect(args.assignment, source, Path(args.out), args.roster)
+    for option in ("max_file_mb", "max_total_mb"):
+        if getattr(args, option) <= 0:
+            raise CliError(f"--{option.replace('_', '-')} must be a positive number of MiB")
+    entries = collect(args.assignment, source, Path(args.out), args.roster,
+                      max_file_bytes=int(args.max_file_mb * (1 << 20)),
+                      max_total_bytes=int(args.max_total_mb * (1 << 20)))
     print(summary(entries))
     print(f"\nreport: {Path(args.out) / '.collect_report.csv'}")
     if not any(e.target for e in entries):
@@ -144,9 +149,12 @@ def _cmd_handgrade(args) -> int:
         hg = HandGrading(args.assignment, _grading_dir(args).resolve(), ROOT)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
-    server = make_server(hg, port=args.port)
-    host, port = server.server_address[:2]
-    print(f"hand grading {args.assignment}: open http://{host}:{port}/ (Ctrl-C to stop);"
+    try:
+        server = make_server(hg, port=args.port)
+    except OSError as exc:  # most often: another handgrade (or any program) holds the port
+        raise CliError(f"cannot listen on 127.0.0.1:{args.port} ({exc.strerror or exc}); is another handgrade "
+                       "running? Choose another port with --port") from None
+    print(f"hand grading {args.assignment}: open {server.url} (Ctrl-C to stop);"
           f" then run: python -m autograder export {args.assignment}", flush=True)
     try:
         server.serve_forever()
@@ -181,6 +189,8 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .lms import MAX_FILE_BYTES, MAX_TOTAL_BYTES
+
     parser = argparse.ArgumentParser(
         prog="python -m autograder", formatter_class=_Help,
         description="Release, grade, hand-grade and export the course's nbgrader assignments.",
@@ -203,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("source", help="the LMS zip, or a folder")
     p.add_argument("out", help="folder to write <student id>_<assignment>.ipynb files into")
     p.add_argument("--roster", type=Path, default=None, help="CSV with student_id,lms_id[,name,email,login,section]")
+    p.add_argument("--max-file-mb", type=float, default=MAX_FILE_BYTES >> 20,
+                   help="largest notebook taken from the zip, in MiB (counted as it inflates)")
+    p.add_argument("--max-total-mb", type=float, default=MAX_TOTAL_BYTES >> 20,
+                   help="most MiB of notebooks taken from one zip")
     p.set_defaults(func=_cmd_collect)
 
     p = sub.add_parser("grade", formatter_class=_Help, help="autograde a folder (or an LMS zip) of notebooks",

@@ -10,16 +10,17 @@ gradebook (``python -m autograder export ASSIGNMENT``; ``grade`` runs it at its 
 * optionally, every student's feedback page again (after hand grading).
 
 Grading one student or a late batch changes only their rows: the files always describe the
-whole class.
+whole class.  No cell of these files can start a formula in a spreadsheet (``csvsafe``); the
+grade columns stay numbers.
 """
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import csvsafe
 from .classbook import ClassRow, GradedCell, class_rows, graded_cells
 
 
@@ -109,8 +110,8 @@ def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_colum
 
 def _grades_csv(result: ExportResult, path: Path) -> None:
     qs = questions(result.cells)
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csvsafe.writer(fh)
         w.writerow(["student_id", "status", "auto", "manual", "pending", "total", "max_score", "percent",
                     *qs, "late", "file", "reason", "notes"])
         for r in result.rows:
@@ -126,8 +127,8 @@ def _canvas_csv(result: ExportResult, path: Path, column: str, canvas_id: int | 
     column per assignment, named "<name> (<assignment id>)" when the id is known (Canvas
     matches on it); the first row holds the points possible."""
     header = f"{column} ({canvas_id})" if canvas_id else column
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csvsafe.writer(fh)
         w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", header])
         w.writerow(["    Points Possible", "", "", "", "", f"{result.max_points:g}"])
         for r in result.rows:
@@ -141,8 +142,8 @@ def _canvas_csv(result: ExportResult, path: Path, column: str, canvas_id: int | 
 def _moodle_csv(result: ExportResult, path: Path, column: str) -> None:
     """Moodle's grade import (Grades > Import > CSV file): identify users by "ID number" (or
     "Email address") and map the grade and feedback columns to the assignment's grade item."""
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csvsafe.writer(fh)
         w.writerow(["ID number", "Email address", "Full name", column, f"Feedback: {column}"])
         for r in result.rows:
             if r.student_id.startswith("?"):

@@ -9,6 +9,7 @@ becomes a one-line reason; it never raises past ``read_submission``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import nbformat
 
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook larger than this is not read
 MAX_CELLS = 10_000             # nor one with more cells (the assignments have under 100)
+MAX_ID_CHARS = 100             # a student id taken from a file name
 NBGRADER_FIELDS = {"grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str,
                    "points": (int, float), "schema_version": int, "checksum": str, "cell_type": str}
 
@@ -43,7 +45,9 @@ class Submission:
 def student_id_from_name(path: Path, assignment: str) -> str:
     """``s123_attention.ipynb`` -> ``s123``; ``Copy of s123-attention (1).ipynb`` -> ``s123``.
 
-    Raises ValueError when nothing identifies a student."""
+    An id longer than MAX_ID_CHARS is shortened to that length, its end replaced by a hash
+    of the whole, so that two different names never give the same id.  Raises ValueError
+    when nothing identifies a student."""
     stem = Path(path.name).stem
     stem = re.sub(r"^copy of\s+", "", stem, flags=re.I)
     stem = re.sub(r"\s*\(\d+\)$", "", stem)
@@ -52,7 +56,10 @@ def student_id_from_name(path: Path, assignment: str) -> str:
     if not sid or sid.lower() == assignment.lower():
         raise ValueError(f"cannot tell the student from the file name {path.name!r}: "
                          f"rename it <student id>_{assignment}.ipynb")
-    return sid[:100]
+    if len(sid) > MAX_ID_CHARS:  # shortened, with a hash of the whole: two long names never meet
+        digest = hashlib.sha256(sid.encode()).hexdigest()[:8]
+        sid = f"{sid[:MAX_ID_CHARS - 9].rstrip('._-')}-{digest}"
+    return sid
 
 
 def _source(value) -> str:

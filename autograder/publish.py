@@ -9,8 +9,13 @@ Every link points at the student repository of ``course.yml``.  Push ``DIR`` to 
 repository.
 
 Before writing, it checks that the released exercises and every generated link match the
-course file; after writing, it scans every file for a line of a solution, a hidden test or a
-mark scheme, and refuses the result if it finds one.
+course file, and that every file under ``exercises/`` and ``book/`` is one it can prove clean:
+the released notebook of each assignment of course.yml, the pages of ``_toc.yml`` and the
+bibliography of ``_config.yml``, each a notebook without outputs, attachments or grading
+markers (or a text file).  Anything else there (an HTML, PDF or ``.py`` export of a solution, a
+draft, a link) stops it with one line naming the file, since a rendered export need not hold
+one line of the solution intact.  After writing, it scans every file for a line of a solution,
+a hidden test or a mark scheme, and refuses the result if it finds one.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ STUDENT_DEPENDENCIES = ["torch>=2.4", "transformers>=4.56", "datasets>=3.0", "sa
                         "numpy>=2.0", "matplotlib>=3.9", "tqdm>=4.66.3"]
 # what the student tree does not need from requirements.txt (the grader and its tools)
 NOT_FOR_STUDENTS = {"nbgrader", "sqlalchemy", "pyyaml", "distributed", "dask-jobqueue", "psycopg",
-                    "pytest-xdist"}
+                    "pytest-xdist", "nh3", "defusedcsv", "latex2mathml"}
 
 _SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
@@ -128,6 +133,91 @@ def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
                 if tuple(code[i:i + WINDOW]) in found_secrets.windows:
                     found.append(f"{path.relative_to(tree)}: " + " / ".join(code[i:i + WINDOW]))
     return sorted(set(found))
+
+
+PROVABLE_DIRS = ("exercises", "book")
+_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN MARK SCHEME",
+            "Mark scheme (graders only)")
+
+
+def _ignored(rel: Path) -> bool:
+    """What publish never copies (caches and build folders), so need not prove clean."""
+    return any(part in ("__pycache__", ".ipynb_checkpoints", "_build") or part.endswith((".pyc", ".egg-info"))
+               for part in rel.parts)
+
+
+def publishable(root: Path, course: Course) -> set[str]:
+    """The files of exercises/ and book/ publish may write: each assignment's released
+    notebook, the pages of _toc.yml and the bibliography of _config.yml."""
+    import yaml
+
+    allowed = {f"exercises/{a.id}/{a.notebook}" for a in course.assignments}
+
+    def pages(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("file", "root") and isinstance(value, str):
+                    yield value
+                else:
+                    yield from pages(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from pages(item)
+
+    for name in ("_toc.yml", "_config.yml"):
+        path = root / name
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+        if name == "_toc.yml":
+            for page in pages(data):
+                allowed.update(f"{page}{suffix}" for suffix in (".ipynb", ".md") if (root / f"{page}{suffix}").exists())
+        else:
+            allowed.update(str(f) for f in (data or {}).get("bibtex_bibfiles", []))
+    return {a for a in allowed if a.split("/")[0] in PROVABLE_DIRS}
+
+
+def unproven(root: Path = ROOT, course: Course | None = None) -> list[str]:
+    """One line for every file under exercises/ and book/ that publish cannot prove clean."""
+    course = course or load(root)
+    allowed = publishable(root, course)
+    out = []
+    for top in PROVABLE_DIRS:
+        for path in sorted((root / top).rglob("*")):
+            rel = path.relative_to(root)
+            if _ignored(rel) or (path.is_dir() and not path.is_symlink()):
+                continue
+            name = rel.as_posix()
+            if path.is_symlink():
+                out.append(f"{name}: a link; publish copies only files it can read and prove clean")
+            elif name not in allowed:
+                out.append(f"{name}: not a file publish can prove clean (it publishes the released notebooks of "
+                           f"course.yml, the pages of _toc.yml and the bibliography of _config.yml); move it "
+                           f"out of {top}/")
+            elif why := _not_clean(path):
+                out.append(f"{name}: {why}")
+    return out
+
+
+def _not_clean(path: Path) -> str:
+    """Why an allowed file is not provably clean ("" when it is)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        return f"cannot be read as text ({type(exc).__name__})"
+    marker = next((m for m in _MARKERS if m in text), None)
+    if marker:
+        return f"holds the grading marker {marker!r}"
+    if path.suffix != ".ipynb":
+        return ""
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is unproven
+        return f"is not a readable notebook ({type(exc).__name__})"
+    for i, cell in enumerate(nb.cells, start=1):
+        if cell.get("outputs"):
+            return f"cell {i} has outputs (committed notebooks carry none; a rendered output can hide anything)"
+        if cell.get("attachments"):
+            return f"cell {i} has attachments"
+    return ""
 
 
 def student_readme(course: Course) -> str:
@@ -284,6 +374,9 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
     if stale:
         raise PublishError("these files do not match course.yml; run `python -m autograder release` first: "
                            + ", ".join(str(p.relative_to(root)) for p in stale))
+    refused = unproven(root, course)
+    if refused:
+        raise PublishError(f"cannot prove {len(refused)} file(s) clean:\n" + "\n".join(refused[:20]))
     dest.mkdir(parents=True, exist_ok=True)
     for name in COPIED:
         src = root / name

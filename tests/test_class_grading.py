@@ -5,6 +5,7 @@ what is wrong in one line."""
 from __future__ import annotations
 
 import csv
+import http.cookiejar
 import sys
 import threading
 import urllib.parse
@@ -109,18 +110,24 @@ def test_hand_grading_reaches_every_export(tmp_path):
     server = make_server(HandGrading("project_aether", grading, ROOT), port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
+    # a browser: the printed address (with this run's secret) sets a cookie; forms say where they come from
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    browser.addheaders = [("Origin", base)]
     try:
-        page = urllib.request.urlopen(f"{base}/cell/q3_answer").read().decode()
+        assert browser.open(server.url).url == f"{base}/"  # the secret left the address bar
+        page = browser.open(f"{base}/cell/q3_answer").read().decode()
         assert "Mark scheme" in page and "s1" in page and "no answer: scored 0" in page  # s2 left it blank
         for gid, points in (("q1_answer", "2"), ("q3_answer", "3.5"), ("q8_answer", "2")):
             data = {"token": server.token, "points__s1": points, "comment__s1": f"comment on {gid}"}
-            urllib.request.urlopen(urllib.request.Request(f"{base}/cell/{gid}", data=urllib.parse.urlencode(data).encode()))
+            saved = browser.open(urllib.request.Request(f"{base}/cell/{gid}", data=urllib.parse.urlencode(data).encode()))
+            assert "saved points for 1 answer" in urllib.parse.unquote(saved.url)
         refused = urllib.parse.urlencode({"token": "forged", "points__s1": "0"}).encode()
         with pytest.raises(urllib.error.HTTPError):
-            urllib.request.urlopen(urllib.request.Request(f"{base}/cell/q1_answer", data=refused))
+            browser.open(urllib.request.Request(f"{base}/cell/q1_answer", data=refused))
         bad = urllib.parse.urlencode({"token": server.token, "points__s1": "9"}).encode()
-        answer = urllib.request.urlopen(urllib.request.Request(f"{base}/cell/q1_answer", data=bad))
+        answer = browser.open(urllib.request.Request(f"{base}/cell/q1_answer", data=bad))
         assert "outside" in urllib.parse.unquote(answer.url)
+        assert "saved points for 0 answers" in urllib.parse.unquote(answer.url)  # issue 25: not "saved 1"
     finally:
         server.shutdown()
         server.server_close()

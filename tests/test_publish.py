@@ -154,3 +154,54 @@ def test_rehosting_is_one_edit_and_one_release(tmp_path):
     readme = (student / "README.md").read_text()
     assert "colab.research.google.com/github/another-uni/transformers-2027/blob/main/exercises/attention" in readme
     assert "another-uni/transformers-2027-private" in (copy / "instructor" / "grade_on_colab.ipynb").read_text()
+
+
+def _fork(dest: Path) -> Path:
+    """A copy of the files git tracks (and new ones it does not ignore)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def test_publish_refuses_what_it_cannot_prove_clean(tmp_path):
+    """Rendered exports of a solution (HTML, PDF, .py) left in exercises/ or book/, a draft page,
+    a link, and a page with outputs each stop publish with one line naming the file (issue 25:
+    an HTML export holds no line of the solution intact, so the line scan alone let it through)."""
+    import zlib
+
+    from autograder.publish import unproven
+
+    fork = _fork(tmp_path / "fork")
+    assert unproven(fork) == []
+    solution = ROOT / "solutions" / "attention" / "attention.ipynb"
+    for fmt, out in (("html", "exercises/attention"), ("python", "book")):
+        proc = subprocess.run([sys.executable, "-m", "nbconvert", "--to", fmt, str(solution), "--output-dir",
+                               str(fork / out)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    (fork / "exercises" / "attention" / "attention.pdf").write_bytes(
+        b"%PDF-1.4\n" + zlib.compress(solution.read_bytes()))
+    shutil.copy(ROOT / "book" / "07_gpt.ipynb", fork / "book" / "drafts_gpt.ipynb")
+    (fork / "book" / "notes.md").symlink_to(solution)
+    page = nbformat.read(fork / "book" / "02_multihead_attention.ipynb", as_version=4)
+    code = next(c for c in page.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("display_data", {"text/html": "<b>an answer</b>"})]
+    nbformat.write(page, fork / "book" / "02_multihead_attention.ipynb")
+
+    found = unproven(fork)
+    expected = {"exercises/attention/attention.html": "not a file publish can prove clean",
+                "exercises/attention/attention.pdf": "not a file publish can prove clean",
+                "book/attention.py": "not a file publish can prove clean",
+                "book/drafts_gpt.ipynb": "not a file publish can prove clean",
+                "book/notes.md": "a link",
+                "book/02_multihead_attention.ipynb": "has outputs"}
+    assert len(found) == len(expected)
+    for name, why in expected.items():
+        assert any(line.startswith(f"{name}: ") and why in line for line in found), (name, found)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "publish", str(tmp_path / "student")], cwd=fork,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "exercises/attention/attention.html: not a file" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "student").exists()
