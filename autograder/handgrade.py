@@ -181,12 +181,11 @@ def _page(title: str, body: str) -> bytes:
 
 
 def _markdown(text: str) -> str:
-    """Markdown as HTML, cleaned by nh3's allow-list (no script, no event handler, no
-    ``javascript:`` link): a student's answer, or the instructor's question and mark scheme."""
-    import nh3
-    from nbconvert.filters.markdown import markdown2html
+    """Markdown as safe HTML with its math as MathML (``autograder.htmlsafe``: no script, no
+    event handler, no ``javascript:`` link): a student's answer, or the question and mark scheme."""
+    from .htmlsafe import markdown_to_html
 
-    return nh3.clean(markdown2html(text))
+    return markdown_to_html(text)
 
 
 def index_page(hg: HandGrading, cells: list[HandGradedCell]) -> bytes:
