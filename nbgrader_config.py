@@ -1,5 +1,5 @@
 # nbgrader reads this file from the course directory (the repository root).
 # The settings live in the importable package so the command line and the tests share them.
-from autograder.config import configure
+from autograder.judge.nbconfig import configure
 
 configure(get_config())  # noqa: F821  (get_config is injected by traitlets)

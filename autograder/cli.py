@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import GRADING_DIR, ROOT
+from autograder import GRADING_DIR, ROOT
 
 
 class CliError(Exception):
@@ -13,7 +13,7 @@ class CliError(Exception):
 
 
 def _known(names: list[str]) -> list[str]:
-    from .course import CourseFileError, load
+    from autograder.course.model import CourseFileError, load
 
     try:
         known = load(ROOT).ids
@@ -30,7 +30,7 @@ def _grading_dir(args) -> Path:
 
 
 def _cmd_release(args) -> int:
-    from .release import release
+    from autograder.authoring.release import release
 
     for path in release(_known(args.assignments) or None, out_dir=args.out):
         print(f"released {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
@@ -38,7 +38,7 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    from .lms import collect, summary
+    from autograder.pipeline.collect import collect, summary
 
     _known([args.assignment])
     source = Path(args.source)
@@ -68,8 +68,8 @@ def _has_files(source: Path) -> bool:
 
 
 def _cmd_grade(args) -> int:
-    from .grade import GradingError, grade
-    from .release import ReleaseError
+    from autograder.pipeline.run import GradingError, grade
+    from autograder.authoring.release import ReleaseError
 
     _known([args.assignment])
     source = Path(args.submissions)
@@ -105,7 +105,7 @@ def _cmd_grade(args) -> int:
 
 def _reachable_gradebook(grading: Path) -> str:
     """The URL of the folder's gradebook, once a connection to it has worked (else one line)."""
-    from .gradebook import GradebookUnreachable, check_reachable, db_url
+    from autograder.records.gradebook import GradebookUnreachable, check_reachable, db_url
 
     url = db_url(grading)
     try:
@@ -116,12 +116,12 @@ def _reachable_gradebook(grading: Path) -> str:
 
 
 def _cmd_export(args) -> int:
-    from .course import load
-    from .export import export
-    from .grade import prepare_release
+    from autograder.course.model import load
+    from autograder.records.export import export
+    from autograder.pipeline.run import prepare_release
 
     _known([args.assignment])
-    from .gradebook import has_assignment
+    from autograder.records.gradebook import has_assignment
 
     grading = _grading_dir(args).resolve()
     if not has_assignment(_reachable_gradebook(grading), args.assignment):
@@ -141,7 +141,7 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_handgrade(args) -> int:
-    from .handgrade import HandGrading, make_server
+    from autograder.records.handgrade import HandGrading, make_server
 
     _known([args.assignment])
     _reachable_gradebook(_grading_dir(args).resolve())
@@ -166,7 +166,7 @@ def _cmd_handgrade(args) -> int:
 
 
 def _cmd_publish(args) -> int:
-    from .publish import PublishError, publish
+    from autograder.authoring.publish import PublishError, publish
 
     try:
         files = publish(Path(args.dest))
@@ -189,7 +189,7 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .lms import MAX_FILE_BYTES, MAX_TOTAL_BYTES
+    from autograder.pipeline.collect import MAX_FILE_BYTES, MAX_TOTAL_BYTES
 
     parser = argparse.ArgumentParser(
         prog="python -m autograder", formatter_class=_Help,

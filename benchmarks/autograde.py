@@ -3,7 +3,7 @@
 1. plain sequential nbgrader: every submission in ``submitted/``, one
    ``nbgrader autograde attention`` call with nbgrader's own preprocessors (the tests
    run inside the student's kernel; no sandbox, no feedback);
-2. ``autograder.grade.grade(..., workers=W)``: intake, repair, scan, sandbox self-test,
+2. ``autograder.pipeline.run.grade(..., workers=W)``: intake, repair, scan, sandbox self-test,
    W parallel workers (sandboxed kernels, tests judged in the grader), feedback, merged
    gradebook and reports.
 
@@ -12,7 +12,7 @@ agree.  Targets with --workers 2 on the 2-core machine: >= 2x (issue "Grades you
 trust"), >= 3x (issue "Grading beyond one machine").
 ``--cluster`` also grades them on a local Dask scheduler with ``--workers`` worker
 processes of one thread each (started before the clock, as an instructor's cluster would
-be running already, with the course's Dask settings ``autograder/dask-grading.yaml``, or
+be running already, with the course's Dask settings ``autograder/backends/dask-grading.yaml``, or
 Dask's defaults with ``--dask-defaults``); target: within 10 % of ``--workers`` (issue
 "Grading beyond one machine").
 ``--breakdown`` also grades the same submissions with ``--workers 1``, to tell the
@@ -39,9 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from autograder.grade import grade  # noqa: E402
-from autograder.release import release  # noqa: E402
-from autograder.workers import scores  # noqa: E402
+from autograder.pipeline.run import grade  # noqa: E402
+from autograder.authoring.release import release  # noqa: E402
+from autograder.backends.local import scores  # noqa: E402
 from conftest import read_nb, set_solution  # noqa: E402
 
 WRONG = {
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--breakdown", action="store_true", help="also grade with --workers 1")
     ap.add_argument("--cluster", action="store_true", help="also grade on a local Dask cluster with --workers workers")
     ap.add_argument("--dask-defaults", action="store_true",
-                    help="start that cluster with Dask's default settings, not autograder/dask-grading.yaml")
+                    help="start that cluster with Dask's default settings, not autograder/backends/dask-grading.yaml")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
         tmp = Path(tmp)
@@ -129,7 +129,7 @@ def main() -> None:
             import dask
             from distributed import LocalCluster
 
-            from autograder.cluster import grading_dask_config
+            from autograder.backends.cluster import grading_dask_config
 
             settings = {} if args.dask_defaults else grading_dask_config()
             with dask.config.set(settings), LocalCluster(n_workers=args.workers, threads_per_worker=1,

@@ -1,13 +1,13 @@
 """Measure what one submission of an assignment costs to grade, and project a whole class.
 
 Grades N copies of the assignment's filled-in solution (the expensive case: every cell
-runs to the end) with ``autograder.grade.grade(..., workers=W)``, sandbox on, and prints:
+runs to the end) with ``autograder.pipeline.run.grade(..., workers=W)``, sandbox on, and prints:
 
 * the wall time of the batch and per submission;
 * the CPU time the machine spent meanwhile (``/proc/stat``, all processes: nbgrader, the
   sandboxed kernels, feedback), per submission;
 * the cost of one submission on one core: with W workers on W cores each kernel gets one
-  thread (``autograder.workers`` divides the usable CPUs among the workers), so one worker takes
+  thread (``autograder.backends.local`` divides the usable CPUs among the workers), so one worker takes
   ``W * wall / N`` seconds per submission;
 * a table projecting a class of ``--class-size`` students onto machines with one worker per
   core: the batch runs in waves of ``cores`` submissions, each wave as long as one submission
@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from autograder.grade import grade  # noqa: E402
-from autograder.settings import usable_cpus  # noqa: E402
+from autograder.pipeline.run import grade  # noqa: E402
+from autograder.course.settings import usable_cpus  # noqa: E402
 from conftest import filled_exercise  # noqa: E402
 
 # machines to project onto: (label, cores in all, workers each with one core)

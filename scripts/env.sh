@@ -81,7 +81,7 @@ fi
 
 # Book pages draw their figures inline. A kernel that inherits a non-interactive backend
 # (MPLBACKEND=Agg) runs plt.show() without showing anything, and the built book then has no
-# figure at all; the processes that need Agg choose it themselves (autograder/export.py,
+# figure at all; the processes that need Agg choose it themselves (autograder/records/export.py,
 # tests/test_book_pages.py), and without a display matplotlib falls back to it anyway.
 unset MPLBACKEND
 export PYTHONHASHSEED=0

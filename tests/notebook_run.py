@@ -15,7 +15,7 @@ import io
 import os
 import warnings
 
-from autograder.release import _is_test, _names_bound, _names_used
+from autograder.authoring.release import _is_test, _names_bound, _names_used
 from conftest import ROOT, filled_exercise, read_nb, set_solution
 
 os.environ.setdefault("COURSE_MODEL_SOURCE", "offline")

@@ -9,7 +9,7 @@ import uuid
 import nbformat
 import pytest
 
-from autograder.grade import grade, student_id_from_name
+from autograder.pipeline.run import grade, student_id_from_name
 from conftest import ROOT, assert_hand_in_reports, filled_exercise, read_nb, run, secret_lines, set_solution, WRONG_SOFTMAX
 from tamper_corpus import EQ_CHEAT  # results that claim equality with everything
 
@@ -247,7 +247,7 @@ def test_feedback_exporter_matches_nbconvert_text(tmp_path):
     from nbconvert.exporters import HTMLExporter
     from traitlets.config import Config
 
-    from autograder.preprocessors import FeedbackExporter
+    from autograder.judge.feedback import FeedbackExporter
 
     nb = filled_exercise("attention")
     png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
@@ -286,7 +286,7 @@ def test_cli_grade_prints_summary(tmp_path):
 def test_release_is_recorded_once_per_grading_folder(tmp_path, monkeypatch):
     """A second batch graded into the same folder reuses the release in its gradebook; a changed
     source (here: a stale fingerprint) is released again."""
-    import autograder.grade as G
+    import autograder.pipeline.run as G
 
     empty = tmp_path / "subs"
     empty.mkdir()

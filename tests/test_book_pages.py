@@ -36,8 +36,8 @@ def setup_cell_source() -> str:
 
     docs/CONVENTIONS.md shows the same template with placeholders; check that it still matches
     the template line for line, so the document cannot drift from what release writes."""
-    from autograder.course import load
-    from autograder.stamp import setup_source
+    from autograder.course.model import load
+    from autograder.authoring.stamp import setup_source
 
     expected = setup_source(load(ROOT))
     text = (ROOT / "docs" / "CONVENTIONS.md").read_text()

@@ -15,7 +15,7 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder.grade import grade
+from autograder.pipeline.run import grade
 from conftest import ROOT, filled_exercise, run
 
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
@@ -91,7 +91,7 @@ def test_lms_files_use_the_columns_the_lms_imports(canvas_class):
 def test_hand_grading_reaches_every_export(tmp_path):
     """Written answers wait as pending; points and a comment entered on the hand-grading page
     go into the gradebook; export then shows them in grades.csv, canvas.csv and the feedback."""
-    from autograder.handgrade import HandGrading, make_server
+    from autograder.records.handgrade import HandGrading, make_server
 
     subs = tmp_path / "subs"
     subs.mkdir()

@@ -1,7 +1,7 @@
 """The student package against the oldest versions it declares (issue 18, item 5).
 
 On Colab a notebook's setup cell installs ``coursekit`` without pins, so it meets whatever
-torch, transformers and datasets the runtime image ships.  ``autograder.publish`` declares
+torch, transformers and datasets the runtime image ships.  ``autograder.authoring.publish`` declares
 the supported ranges (``STUDENT_DEPENDENCIES``, written into the student package's
 metadata); this module builds a second, small environment with the *lower end* of every
 range and checks there:
@@ -33,7 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.publish import STUDENT_DEPENDENCIES
+from autograder.authoring.publish import STUDENT_DEPENDENCIES
 from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from autograder.grade import grade
+from autograder.pipeline.run import grade
 from conftest import ROOT, assert_hand_in_reports, filled_exercise, read_nb, set_solution
 
 CONCEPTS = ROOT / "solutions" / "concepts" / "concepts.ipynb"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import workers
-from autograder.grade import grade
+from autograder.backends import local as workers
+from autograder.pipeline.run import grade
 from conftest import filled_exercise
 from test_tamper import _processes_naming
 
@@ -72,7 +72,7 @@ def test_an_honest_student_next_to_a_time_waster_gets_full_marks(tmp_path, monke
                     cmd = (entry / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"autograder.worker" in cmd and str(w.gdir).encode() in cmd:
+                if b"autograder.judge.worker" in cmd and str(w.gdir).encode() in cmd:
                     os.kill(int(entry.name), signal.SIGKILL)
         done.wait(120)
         return w

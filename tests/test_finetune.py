@@ -178,7 +178,7 @@ with torch.no_grad():
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    from autograder.grade import grade
+    from autograder.pipeline.run import grade
 
     subs = tmp_path_factory.mktemp("finetune_subs")
     nbformat.write(filled_exercise("finetune"), subs / "full.ipynb")  # what a student hands in

@@ -16,9 +16,10 @@ import sys
 import pytest
 import torch
 
-from autograder import sandbox
-from autograder.course import load
-from autograder.judge import KernelSession, context_sources, is_test_cell, run_and_judge
+from autograder.isolation import sandbox
+from autograder.course.model import load
+from autograder.judge.kernel import KernelSession
+from autograder.judge.runner import context_sources, is_test_cell, run_and_judge
 from conftest import ROOT, read_nb, set_solution, WRONG_SOFTMAX
 
 SOURCE = ROOT / "solutions" / "attention" / "attention.ipynb"

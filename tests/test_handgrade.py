@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from autograder.handgrade import CSP, Answer, HandGradedCell, make_server
+from autograder.records.handgrade import CSP, Answer, HandGradedCell, make_server
 from conftest import ROOT, run
 
 HOSTILE = """Attention weighs every *value* by how well its key matches the query.

@@ -190,7 +190,7 @@ def test_grading_settings_come_from_the_course_file():
     command line does; it sets no grading environment of its own."""
     nb = read_nb(NOTEBOOK)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "from autograder.course import load" in code
+    assert "from autograder.course.model import load" in code
     assert "COURSE_PROFILE" not in code and "COURSE_MODEL_SOURCE" not in code
     assert 'param("CELL_TIMEOUT", "0")' in code and 'param("NOTEBOOK_TIMEOUT", "0")' in code
 

@@ -1,6 +1,6 @@
 """One fresh kernel in one fresh sandbox per submission, also now that a worker launches the
 next submission's kernel while the current one is graded (``JudgedExecute.prestart``) and
-forks it from a zygote that imported torch once (``autograder.zygote``): what a submission
+forks it from a zygote that imported torch once (``autograder.isolation.zygote``): what a submission
 does to its kernel, its files and its environment never reaches the next one.
 
 Two submissions go to one worker, in order.  The first plants state everywhere it can
@@ -16,7 +16,7 @@ import csv
 import nbformat
 import nbformat.v4
 
-from autograder.grade import grade
+from autograder.pipeline.run import grade
 from conftest import filled_exercise
 
 PLANT = '''\

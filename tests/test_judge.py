@@ -14,9 +14,11 @@ import nbformat
 import pytest
 import torch
 
-from autograder.intake import IntakeError, read_submission
+from autograder.pipeline.intake import IntakeError, read_submission
 from conftest import ROOT
-from autograder.judge import HIDDEN_FAILURE, KernelSession, RemoteStudent, judge_cell, judge_namespace
+from autograder.judge.kernel import KernelSession
+from autograder.judge.runner import HIDDEN_FAILURE, judge_cell, judge_namespace
+from coursekit.remote.client import RemoteStudent
 from coursekit.remote import LocalStudent, ProtocolError, Ref, decode, encode
 from coursekit.sourcecheck import SourceView
 
@@ -122,7 +124,8 @@ FORGER = r'''
 import json, resource, sys, tempfile
 from pathlib import Path
 import torch
-from autograder.judge import KernelSession, RemoteStudent
+from autograder.judge.kernel import KernelSession
+from coursekit.remote.client import RemoteStudent
 from coursekit.remote import ProtocolError
 
 kind, size = sys.argv[1], int(sys.argv[2])
@@ -319,7 +322,7 @@ def _logging_cell(log: Path, sleep: float) -> str:
 
 
 def _run_notebook(tmp_path, cells: list[str], notebook_timeout: float) -> tuple[list[str], object]:
-    from autograder.judge import run_and_judge
+    from autograder.judge.runner import run_and_judge
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]

@@ -8,8 +8,8 @@ import zipfile
 
 import pytest
 
-from autograder import csvsafe
-from autograder.lms import collect, read_report, summary
+from autograder.text import csvsafe
+from autograder.pipeline.collect import collect, read_report, summary
 from conftest import ROOT, run
 from lms_corpus import CASES
 
@@ -76,7 +76,7 @@ def test_cli_collect(tmp_path):
 
 
 def test_grade_reads_an_lms_zip_and_exports_for_the_lms(tmp_path):
-    from autograder.grade import grade
+    from autograder.pipeline.run import grade
 
     z = tmp_path / "canvas.zip"
     with zipfile.ZipFile(z, "w") as zf:
@@ -145,7 +145,7 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def test_csv_cells_the_lms_and_students_choose_cannot_be_formulas(tmp_path):
     """Names from the roster and file names from the zip that start a formula reach every CSV
     file the grader writes as text (a leading '); the grade columns stay numbers."""
-    from autograder.grade import grade
+    from autograder.pipeline.run import grade
 
     corrupt = b'{"cells": ['  # no kernel needed: the point is the files written
     z = tmp_path / "canvas.zip"
@@ -198,7 +198,7 @@ def test_a_moodle_zip_with_a_150_character_cjk_name_grades_everyone(tmp_path):
     student is graded like the others, and hostile entries beside them are rows with reasons."""
     import nbformat
 
-    from autograder.grade import grade
+    from autograder.pipeline.run import grade
     from conftest import filled_exercise
     from lms_corpus import MOODLE_CJK, _info
 

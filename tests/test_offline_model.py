@@ -215,8 +215,8 @@ def test_read_only_cache_converts_into_a_private_folder(tmp_path):
 
 
 def test_grading_kernels_are_told_where_the_cache_is(monkeypatch, tmp_path):
-    from autograder.settings import GradingSettings
-    from autograder.workers import worker_env
+    from autograder.course.settings import GradingSettings
+    from autograder.backends.local import worker_env
 
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "c"))
     assert worker_env(tmp_path, 1, GradingSettings())["COURSE_CACHE_DIR"] == str(tmp_path / "c")

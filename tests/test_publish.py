@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import CourseFileError, load, parse
-from autograder.publish import PublishError, leaks, publish, secrets
-from autograder.stamp import check, setup_source
+from autograder.course.model import CourseFileError, load, parse
+from autograder.authoring.publish import PublishError, leaks, publish, secrets
+from autograder.authoring.stamp import check, setup_source
 from conftest import ROOT
 
 COURSE_FILES = ["course.yml", "README.md", "_config.yml", "_toc.yml", "pyproject.toml", "requirements.txt",
@@ -173,7 +173,7 @@ def test_publish_refuses_what_it_cannot_prove_clean(tmp_path):
     an HTML export holds no line of the solution intact, so the line scan alone let it through)."""
     import zlib
 
-    from autograder.publish import unproven
+    from autograder.authoring.publish import unproven
 
     fork = _fork(tmp_path / "fork")
     assert unproven(fork) == []

@@ -8,8 +8,8 @@ from nbgrader.validator import Validator
 from traitlets.config import Config
 
 from autograder import assignments
-from autograder.config import configure
-from autograder.release import release
+from autograder.judge.nbconfig import configure
+from autograder.authoring.release import release
 from conftest import ROOT, read_nb, secret_lines, source_notebooks
 
 ASSIGNMENTS = assignments()

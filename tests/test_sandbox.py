@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from autograder import sandbox
+from autograder.isolation import sandbox
 from conftest import ROOT
 
 needs_bwrap = pytest.mark.skipif(not sandbox.bwrap_works(), reason="bubblewrap does not work here")
@@ -88,7 +88,7 @@ def test_the_kernel_sees_only_the_allow_list(tmp_path, monkeypatch):
                 "solutions": {str(ROOT / "solutions")!r}, "autograder": {str(ROOT / "autograder")!r},
                 "git": {str(ROOT / ".git")!r}, "other_clone": {str(other / "solutions" / "secret.txt")!r},
                 "home_secret": {home_secret!r}, "var": "/var", "run": "/run", "shadow": "/etc/shadow",
-                "coursekit": {str(ROOT / "coursekit" / "remote.py")!r}, "data": {str(ROOT / "data")!r},
+                "coursekit": {str(ROOT / "coursekit" / "remote" / "codec.py")!r}, "data": {str(ROOT / "data")!r},
             }}
             seen = {{k: os.path.exists(v) for k, v in paths.items()}}
             import torch, coursekit  # what a kernel needs works

@@ -21,8 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import gradebook
-from autograder.grade import grade
+from autograder.records import gradebook
+from autograder.pipeline.run import grade
 from conftest import WRONG_SOFTMAX, ROOT, assert_gradebook_consistent, filled_exercise, read_nb, run, set_solution
 
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
@@ -143,7 +143,7 @@ def dask_cluster():
     distributed = pytest.importorskip("distributed")
     import dask
 
-    from autograder.cluster import grading_dask_config
+    from autograder.backends.cluster import grading_dask_config
 
     with dask.config.set(grading_dask_config()):
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -216,7 +216,7 @@ def test_a_worker_that_dies_mid_run_loses_no_submission(dask_cluster, small_clas
 def test_the_sandbox_is_checked_on_the_workers(dask_cluster, small_class, local_grades, tmp_path, monkeypatch):
     """With --cluster the sandbox is checked where kernels run: a login node without bubblewrap
     still grades with --sandbox on, in the workers' sandboxes, and says so."""
-    from autograder import sandbox
+    from autograder.isolation import sandbox
 
     if not sandbox.bwrap_works():
         pytest.skip("bubblewrap does not work on this machine (the workers run here)")
@@ -239,12 +239,12 @@ def test_a_submission_that_takes_down_its_workers_costs_only_itself(small_class,
     distributed = pytest.importorskip("distributed")
     import dask
 
-    from autograder import cluster
+    from autograder.backends import cluster
 
     def kills_its_worker_on_s4(spec):  # runs in the worker process (pickled by value)
         import os
 
-        from autograder import cluster as real
+        from autograder.backends import cluster as real
 
         if "s4" in spec.students:
             os._exit(3)  # as a worker killed by the kernel's OOM killer would
@@ -270,15 +270,15 @@ def test_a_submission_that_takes_down_its_workers_costs_only_itself(small_class,
 
 
 def test_the_grading_dask_settings_are_settings_dask_has():
-    """Every key of autograder/dask-grading.yaml is one of Dask's own (a misspelt key would be
+    """Every key of autograder/backends/dask-grading.yaml is one of Dask's own (a misspelt key would be
     ignored without a word), and the file turns the workers' profiler off."""
     pytest.importorskip("distributed")
     import dask
 
-    from autograder.cluster import grading_dask_config
+    from autograder.backends.cluster import grading_dask_config
 
     ours = grading_dask_config()
-    assert ours, "no settings read from autograder/dask-grading.yaml"
+    assert ours, "no settings read from autograder/backends/dask-grading.yaml"
     missing = object()
     unknown = sorted(key for key in ours if dask.config.get(key, missing) is missing)
     assert not unknown, f"keys Dask does not have: {unknown}"
@@ -291,8 +291,8 @@ def test_workers_at_dasks_defaults_get_a_note_and_the_grading_settings_reach_the
     distributed = pytest.importorskip("distributed")
     import dask
 
-    from autograder.cluster import check_workers, grading_dask_config
-    from autograder.settings import GradingSettings
+    from autograder.backends.cluster import check_workers, grading_dask_config
+    from autograder.course.settings import GradingSettings
 
     notes = {}
     for label, config in (("defaults", {}), ("course", grading_dask_config())):
@@ -315,7 +315,7 @@ def test_a_grading_process_does_not_build_the_iri_grammar():
 
     if importlib.util.find_spec("rfc3987_syntax") is None:
         pytest.skip("rfc3987_syntax is not installed: nothing to keep out")
-    code = ("import sys, autograder.cluster, nbformat, jsonschema; "
+    code = ("import sys, autograder.backends.cluster, nbformat, jsonschema; "
             "print(sys.modules.get('rfc3987_syntax') is None)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
@@ -324,7 +324,7 @@ def test_a_grading_process_does_not_build_the_iri_grammar():
 def test_a_worker_with_an_empty_cache_builds_the_models_first(tmp_path):
     """Before any task, every worker builds the assignment's offline models into its own cache."""
     distributed = pytest.importorskip("distributed")
-    from autograder.cluster import prepare_models
+    from autograder.backends.cluster import prepare_models
 
     caches = {i: tmp_path / f"cache{i}" for i in range(2)}
     workers = {f"w{i}": {"cls": distributed.Nanny,
@@ -350,7 +350,7 @@ def test_a_worker_with_an_empty_cache_builds_the_models_first(tmp_path):
 def test_a_submission_that_cannot_be_graded_keeps_no_earlier_grade(small_class, tmp_path, monkeypatch):
     """s1 is graded, then hands in again and that grading fails (a worker died twice, say):
     the row says why, and the earlier 30/30 does not stand for the new file."""
-    import autograder.grade as pipeline
+    import autograder.pipeline.run as pipeline
 
     one = tmp_path / "one"
     one.mkdir()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
-from autograder.grade import grade
+from autograder.isolation import sandbox
+from autograder.pipeline.run import grade
 from conftest import ROOT, assert_gradebook_consistent, read_nb, secret_lines
 from tamper_corpus import SOURCE, cases
 

@@ -1,4 +1,4 @@
-"""Kernels forked from the zygote (``autograder.zygote``) get a sandbox as strict as the one
+"""Kernels forked from the zygote (``autograder.isolation.zygote``) get a sandbox as strict as the one
 bubblewrap builds for a kernel started on its own, and nothing of one kernel reaches the next.
 
 Each test drives real kernels the way ``JudgedExecute`` does: a kernelspec of the course
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import execute, sandbox
+from autograder.isolation import sandbox
+from autograder.judge import execute
 
 pytestmark = pytest.mark.skipif(not sandbox.bwrap_works(), reason="bubblewrap cannot create namespaces here")
 

@@ -1,0 +1,406 @@
+"""Publish the student course: ``python -m autograder publish DIR``.
+
+This repository is the instructor's (solutions, hidden tests, mark schemes, the grader):
+keep it private.  ``publish`` writes, into ``DIR``, what students and readers may see: the
+book, the released exercises, the ``coursekit`` package (with the self-check specs, which hold
+visible tests and the one-line descriptions of hidden tests only), the course data, the book's
+configuration, and a student README, requirements, package metadata, scripts and tests.
+Every link points at the student repository of ``course.yml``.  Push ``DIR`` to that
+repository.
+
+Before writing, it checks that the released exercises and every generated link match the
+course file, and that every file under ``exercises/`` and ``book/`` is one it can prove clean:
+the released notebook of each assignment of course.yml, the pages of ``_toc.yml`` and the
+bibliography of ``_config.yml``, each a notebook without outputs, attachments or grading
+markers (or a text file).  Anything else there (an HTML, PDF or ``.py`` export of a solution, a
+draft, a link) stops it with one line naming the file, since a rendered export need not hold
+one line of the solution intact.  After writing, it scans every file for a line of a solution,
+a hidden test or a mark scheme, and refuses the result if it finds one.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder import ROOT, SOURCE_DIR
+from autograder.course.model import Course, load
+from .stamp import readme_table
+
+COPIED = ["book", "exercises", "coursekit", "data", "_config.yml", "_toc.yml", "scripts/env.sh", "scripts/build.sh",
+          "tests/book_cache.py"]
+_INSTRUCTOR_ONLY = re.compile(r"# >>> instructor only.*?# <<< instructor only\n", re.S)
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "_build", "*.egg-info")
+# student package: coursekit only, with ranges wide enough for what Colab ships
+STUDENT_DEPENDENCIES = ["torch>=2.4", "transformers>=4.56", "datasets>=3.0", "safetensors>=0.4.3",
+                        "numpy>=2.0", "matplotlib>=3.9", "tqdm>=4.66.3"]
+# what the student tree does not need from requirements.txt (the grader and its tools)
+NOT_FOR_STUDENTS = {"nbgrader", "sqlalchemy", "pyyaml", "distributed", "dask-jobqueue", "psycopg",
+                    "pytest-xdist", "nh3", "defusedcsv", "latex2mathml"}
+
+_SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
+_HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+@dataclass
+class Secrets:
+    """What must not reach students: every line of a hidden test or a mark scheme (they are
+    distinctive), and every run of three consecutive lines of a solution (single lines such as
+    ``loss.backward()`` also appear, rightly, in the book)."""
+
+    lines: set[str]
+    windows: set[tuple[str, ...]]
+
+
+WINDOW = 3
+
+
+def _norm(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def secrets(root: Path = ROOT, min_len: int = 12) -> Secrets:
+    lines, public, windows = set(), set(), set()
+    for path in sorted((root / SOURCE_DIR).glob("*/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            src = cell.source
+            meta = cell.metadata.get("nbgrader", {})
+            hidden = _HIDDEN.findall(src)
+            whole = meta.get("solution") and not _SOLUTION.search(src)
+            if whole:
+                hidden.append(src)  # a whole-cell answer: a mark scheme
+            for region in hidden:
+                lines.update(ln for ln in _norm(region) if len(ln) >= min_len)
+            for region in _SOLUTION.findall(src):
+                code = [ln for ln in _norm(region) if not ln.startswith("#")]
+                windows.update(tuple(code[i:i + WINDOW]) for i in range(len(code) - WINDOW + 1))
+            if not whole:
+                public.update(_norm(_HIDDEN.sub("", _SOLUTION.sub("", src))))
+    return Secrets(lines - public, windows)
+
+
+def _file_lines(path: Path, text: str) -> list[list[str]]:
+    """The file's lines (for a notebook: each cell's), normalised, in runs to scan."""
+    runs = [_norm(text)]
+    if path.suffix == ".ipynb":  # notebook JSON: a line of a cell is a JSON string
+        try:
+            nb = nbformat.reads(text, as_version=4)
+            runs += [_norm(c.source) for c in nb.cells]
+        except Exception:  # noqa: BLE001 - not a notebook after all
+            pass
+    if path.suffix == ".json":  # the self-check specs: visible test code as JSON strings
+        import json
+
+        try:
+            def strings(v):
+                if isinstance(v, str):
+                    yield v
+                elif isinstance(v, dict):
+                    for x in v.values():
+                        yield from strings(x)
+                elif isinstance(v, list):
+                    for x in v:
+                        yield from strings(x)
+            runs += [_norm(x) for x in strings(json.loads(text))]
+        except ValueError:
+            pass
+    return runs
+
+
+def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
+    """'file: line' for every secret found in a text file of ``tree``."""
+    found = []
+    for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
+        if any(part in (".venv", ".git") for part in path.parts):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for run in _file_lines(path, text):
+            for line in sorted(found_secrets.lines & set(run)):
+                found.append(f"{path.relative_to(tree)}: {line}")
+            code = [ln for ln in run if not ln.startswith("#")]
+            for i in range(len(code) - WINDOW + 1):
+                if tuple(code[i:i + WINDOW]) in found_secrets.windows:
+                    found.append(f"{path.relative_to(tree)}: " + " / ".join(code[i:i + WINDOW]))
+    return sorted(set(found))
+
+
+PROVABLE_DIRS = ("exercises", "book")
+_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN MARK SCHEME",
+            "Mark scheme (graders only)")
+
+
+def _ignored(rel: Path) -> bool:
+    """What publish never copies (caches and build folders), so need not prove clean."""
+    return any(part in ("__pycache__", ".ipynb_checkpoints", "_build") or part.endswith((".pyc", ".egg-info"))
+               for part in rel.parts)
+
+
+def publishable(root: Path, course: Course) -> set[str]:
+    """The files of exercises/ and book/ publish may write: each assignment's released
+    notebook, the pages of _toc.yml and the bibliography of _config.yml."""
+    import yaml
+
+    allowed = {f"exercises/{a.id}/{a.notebook}" for a in course.assignments}
+
+    def pages(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("file", "root") and isinstance(value, str):
+                    yield value
+                else:
+                    yield from pages(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from pages(item)
+
+    for name in ("_toc.yml", "_config.yml"):
+        path = root / name
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+        if name == "_toc.yml":
+            for page in pages(data):
+                allowed.update(f"{page}{suffix}" for suffix in (".ipynb", ".md") if (root / f"{page}{suffix}").exists())
+        else:
+            allowed.update(str(f) for f in (data or {}).get("bibtex_bibfiles", []))
+    return {a for a in allowed if a.split("/")[0] in PROVABLE_DIRS}
+
+
+def unproven(root: Path = ROOT, course: Course | None = None) -> list[str]:
+    """One line for every file under exercises/ and book/ that publish cannot prove clean."""
+    course = course or load(root)
+    allowed = publishable(root, course)
+    out = []
+    for top in PROVABLE_DIRS:
+        for path in sorted((root / top).rglob("*")):
+            rel = path.relative_to(root)
+            if _ignored(rel) or (path.is_dir() and not path.is_symlink()):
+                continue
+            name = rel.as_posix()
+            if path.is_symlink():
+                out.append(f"{name}: a link; publish copies only files it can read and prove clean")
+            elif name not in allowed:
+                out.append(f"{name}: not a file publish can prove clean (it publishes the released notebooks of "
+                           f"course.yml, the pages of _toc.yml and the bibliography of _config.yml); move it "
+                           f"out of {top}/")
+            elif why := _not_clean(path):
+                out.append(f"{name}: {why}")
+    return out
+
+
+def _not_clean(path: Path) -> str:
+    """Why an allowed file is not provably clean ("" when it is)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        return f"cannot be read as text ({type(exc).__name__})"
+    marker = next((m for m in _MARKERS if m in text), None)
+    if marker:
+        return f"holds the grading marker {marker!r}"
+    if path.suffix != ".ipynb":
+        return ""
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is unproven
+        return f"is not a readable notebook ({type(exc).__name__})"
+    for i, cell in enumerate(nb.cells, start=1):
+        if cell.get("outputs"):
+            return f"cell {i} has outputs (committed notebooks carry none; a rendered output can hide anything)"
+        if cell.get("attachments"):
+            return f"cell {i} has attachments"
+    return ""
+
+
+def student_readme(course: Course) -> str:
+    repo = course.student_repo
+    return textwrap.dedent(f"""\
+        # {course.title}
+
+        An open course on Transformers: a [Jupyter Book](https://jupyterbook.org) whose chapters are
+        executable notebooks, and exercises that check themselves. Everything runs offline on a
+        two-core CPU; on Google Colab, each notebook installs only what the runtime lacks.
+
+        ## Two commands
+
+        On a fresh Linux machine with Python 3.11 or newer and access to the Python package index:
+
+        ```bash
+        bash scripts/build.sh
+        ```
+
+        creates `.venv/`, installs `requirements.txt`, and builds the book with executed pages into
+        `_build/html/` (open `_build/html/index.html`).
+
+        ```bash
+        bash scripts/test.sh
+        ```
+
+        runs the tests (it sets up `.venv/` first if needed): every book page executed with nbval,
+        and checks of the exercises.
+
+        ## Exercises
+
+        <!-- assignments:start -->
+        {{table}}
+        <!-- assignments:end -->
+
+        Open an exercise from its badge, work on a copy (*File → Save a copy in Drive*), run
+        `check("q1")` in any cell to re-run the visible tests of a question, then *File → Download →
+        Download .ipynb* and hand the file in where your course collects it. Hidden tests run when
+        your instructor grades the notebook; each says in one line what it checks.
+
+        ## Layout
+
+        | path | what it is |
+        |---|---|
+        | `book/` | the book's pages |
+        | `exercises/` | the exercises, one notebook each |
+        | `coursekit/` | the small package the notebooks import (`pip install git+{repo.url}`) |
+        | `data/` | the small datasets of the course, with attribution (see `data/README.md`) |
+        """).replace("{table}", readme_table(course))
+
+
+def student_pyproject(course: Course) -> str:
+    deps = ", ".join(f'"{d}"' for d in STUDENT_DEPENDENCIES)
+    return textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools>=64"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "transformers-course"
+        version = "0.1.0"
+        description = "{course.title}: the package the book and the exercises import"
+        requires-python = ">=3.10"
+        # Ranges, not pins: on Colab the runtime's own versions are kept and nothing is installed
+        # when they fit (tests/test_compat.py in the instructor repository checks the lower ends).
+        dependencies = [{deps}]
+
+        [tool.setuptools]
+        packages = ["coursekit", "coursekit.checks"]
+
+        [tool.setuptools.package-data]
+        "coursekit.checks" = ["*.json"]
+
+        [tool.pytest.ini_options]
+        testpaths = ["book", "tests"]
+        addopts = "-p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=900"
+        """)
+
+
+def student_requirements(root: Path) -> str:
+    out = ["# Pinned so that the book builds the same way everywhere (see README)."]
+    for line in (root / "requirements.txt").read_text().splitlines():
+        name = re.split(r"[\s\[=<>!~;#]", line.strip(), maxsplit=1)[0].lower()
+        if line.strip().startswith("#") or not line.strip() or name in NOT_FOR_STUDENTS:
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+STUDENT_TEST = '''\
+"""The published course: links to this repository, exercises as released, nothing of the grader."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_notebook_installs_coursekit_from_this_repository():
+    from coursekit._course import REPO
+
+    for path in sorted(ROOT.glob("book/*.ipynb")) + sorted(ROOT.glob("exercises/*/*.ipynb")):
+        setup = next(c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        assert f"git+https://github.com/{REPO}@" in "".join(setup["source"]), path
+
+
+def test_exercises_are_released_and_clean():
+    for path in sorted(ROOT.glob("exercises/*/*.ipynb")):
+        text = path.read_text()
+        for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "Mark scheme (graders only)"):
+            assert marker not in text, (path, marker)
+        for cell in json.loads(text)["cells"]:
+            assert not cell.get("outputs"), path
+
+
+def test_self_checks_cover_every_exercise():
+    from coursekit.selfcheck import load_spec
+
+    for folder in sorted(p for p in (ROOT / "exercises").iterdir() if p.is_dir()):
+        spec = load_spec(folder.name)
+        assert spec["tests"] and all(t["hidden"] or t["source"] for t in spec["tests"])
+'''
+
+STUDENT_CONFTEST = '''\
+"""Book pages run once: nbval's run of each page goes into the book's execution cache."""
+from book_cache import register
+
+
+def pytest_configure(config):
+    register(config)
+'''
+
+STUDENT_TEST_SH = '''\
+#!/usr/bin/env bash
+# Set up what is needed, then run the tests (book pages with nbval, checks of the exercises).
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+python -m pytest -ra --durations=10 "$@"
+'''
+
+GITIGNORE = ".venv/\n__pycache__/\n*.pyc\n*.egg-info/\n_build/\n.ipynb_checkpoints/\n.jupyter_cache/\n"
+
+
+def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list[Path]:
+    """Write the student course into ``dest`` (which must be empty or absent).  Returns the
+    files written."""
+    from .stamp import check
+
+    course = course or load(root)
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise PublishError(f"{dest} is not empty: publish into a new folder (or an empty clone)")
+    stale = check(root)
+    if stale:
+        raise PublishError("these files do not match course.yml; run `python -m autograder release` first: "
+                           + ", ".join(str(p.relative_to(root)) for p in stale))
+    refused = unproven(root, course)
+    if refused:
+        raise PublishError(f"cannot prove {len(refused)} file(s) clean:\n" + "\n".join(refused[:20]))
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        src = root / name
+        if not src.exists():
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, target, ignore=IGNORED)
+        else:
+            shutil.copy2(src, target)
+    env_sh = dest / "scripts" / "env.sh"
+    env_sh.write_text(_INSTRUCTOR_ONLY.sub("", env_sh.read_text()))
+    (dest / "README.md").write_text(student_readme(course))
+    (dest / "pyproject.toml").write_text(student_pyproject(course))
+    (dest / "requirements.txt").write_text(student_requirements(root))
+    (dest / ".gitignore").write_text(GITIGNORE)
+    (dest / "scripts" / "test.sh").write_text(STUDENT_TEST_SH)
+    (dest / "tests" / "test_course.py").write_text(STUDENT_TEST)
+    (dest / "tests" / "conftest.py").write_text(STUDENT_CONFTEST)
+    (dest / ".ci").mkdir(exist_ok=True)
+    (dest / ".ci" / "run").write_text("#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")/..\"\n"
+                                      "bash scripts/test.sh\n")
+    found = leaks(dest, secrets(root))
+    if found:
+        raise PublishError("the student course would show solutions or hidden tests:\n" + "\n".join(found[:20]))
+    return sorted(p for p in dest.rglob("*") if p.is_file())

@@ -1,0 +1,146 @@
+"""nbconvert preprocessors and the feedback exporter used by the grading pipeline."""
+from __future__ import annotations
+
+import re
+
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
+
+BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
+END_HIDDEN = "### END HIDDEN TESTS"
+HIDDEN_RE = re.compile(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*", re.S)
+IMG_WITHOUT_ALT = re.compile(r"<img((?:(?!\balt=)[^>])*>)")
+PLACEHOLDER = "# hidden tests ran here; their source is not shown"
+
+
+def strip_hidden_source(source: str) -> str:
+    """Replace every hidden-test region of a cell's source with a placeholder line."""
+    return HIDDEN_RE.sub(PLACEHOLDER, source)
+
+
+def short_error(output) -> None:
+    """Reduce an error output to one line: a traceback would quote hidden-test lines."""
+    ename, evalue = output.get("ename", "Error"), output.get("evalue", "")
+    if ename == "AssertionError" and not evalue:
+        evalue = "a hidden check failed (see the first line of this cell for what it checks)"
+    output["traceback"] = [f"{ename}: {evalue}"]
+
+
+class HideHiddenTests(Preprocessor):
+    """For feedback: keep each test cell's docstring and result, drop hidden-test source."""
+
+    enabled = Bool(True)  # nbconvert skips preprocessors that are not enabled
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and BEGIN_HIDDEN in cell.source:
+            cell.source = strip_hidden_source(cell.source)
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    short_error(output)
+        return cell, resources
+
+
+class FeedbackLabels(Preprocessor):
+    """For feedback: name every graded cell in words (a test by its one-line description, a
+    written answer by its question), mark answers that still wait for a grader, and add up
+    the automatic, hand-graded and pending points for the page's summary."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        from autograder.records.classbook import graded_cells
+
+        labels = {c.grade_id: c for c in graded_cells(nb)}
+        waiting = self._waiting(resources, [g for g, c in labels.items() if c.kind == "manual"])
+        totals = {"auto": 0.0, "auto_max": 0.0, "manual": 0.0, "manual_max": 0.0, "pending": 0.0}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader")
+            if not meta:
+                continue
+            info = labels.get(meta.get("grade_id"))
+            if meta.get("grade") and info is not None:
+                meta["label"] = info.label
+                points = float(meta.get("points", info.points))
+                score = meta.get("score")
+                if info.kind == "manual":
+                    totals["manual_max"] += points
+                    pending = score is None or meta["grade_id"] in waiting
+                    meta["pending"] = pending
+                    if pending:
+                        totals["pending"] += points
+                    else:
+                        totals["manual"] += float(score)
+                else:
+                    totals["auto_max"] += points
+                    totals["auto"] += float(score or 0.0)
+                    meta["pending"] = False
+            elif meta.get("solution"):
+                meta["label"] = "Your answer"
+        totals["total"] = totals["auto"] + totals["manual"]
+        totals["max"] = totals["auto_max"] + totals["manual_max"]
+        resources["course"] = totals
+        return nb, resources
+
+    @staticmethod
+    def _waiting(resources, grade_ids) -> set:
+        """The answers a person still has to grade (nbgrader reports their score as 0)."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        info = resources.get("nbgrader", {})
+        if not grade_ids or "db_url" not in info:
+            return set()
+        out = set()
+        with Gradebook(info["db_url"]) as gb:
+            for gid in grade_ids:
+                try:
+                    g = gb.find_grade(gid, info["notebook"], info["assignment"], info["student"])
+                except MissingEntry:
+                    continue
+                if g.manual_score is None and (g.auto_score is None or g.needs_manual_grade):
+                    out.add(gid)
+        return out
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbconvert's HTML exporter for pages that show a student's notebook to anyone: every
+    piece of the student's markdown and outputs goes through ``autograder.text.htmlsafe`` (math as
+    MathML, an allow-list sanitiser), JavaScript and widget outputs are never shown (their
+    plain-text form is), and the page allows no script at all (``htmlsafe.CSP``).
+
+    It also skips nbconvert's final pass through BeautifulSoup, which only gives images
+    without alt text a placeholder and makes JupyterLab cells focusable (the feedback
+    template has none), yet parses every token span of the highlighted code: about a third
+    of the time a feedback page takes.  The alt text is added with a regular expression."""
+
+    sanitize_html = Bool(True)
+
+    @property
+    def default_config(self):
+        from traitlets.config import Config
+
+        c = super().default_config
+        c.merge(Config({"NbConvertBase": {"display_data_priority": [
+            "text/html", "text/markdown", "image/svg+xml", "text/latex", "image/png", "image/jpeg", "text/plain"]}}))
+        return c
+
+    def default_filters(self):
+        from autograder.text import htmlsafe
+
+        yield from super().default_filters()
+        yield ("markdown2html", lambda source, *a, **k: htmlsafe.markdown_to_html(source))
+        yield ("clean_html", htmlsafe.sanitize)
+        yield ("latex2mathml", htmlsafe.latex_to_html)
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        langinfo = nb.metadata.get("language_info", {})
+        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+        self.register_filter("highlight_code", self.filters.get(
+            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+        resources = self._init_resources(resources)
+        self.register_filter("filter_data_type", WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        return IMG_WITHOUT_ALT.sub(r'<img alt="a figure from the notebook"\1', html), resources

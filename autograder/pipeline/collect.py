@@ -1,0 +1,401 @@
+"""Collect submissions from an LMS bulk download into one folder that ``grade`` reads.
+
+Canvas ("Download submissions") names each file
+``<name>[_LATE]_<user id>_<submission id>_<original name>[-N].ipynb``; Moodle
+("Download all submissions") puts each student's files in a folder
+``<Full Name>_<participant id>_assignsubmission_file[_]``.  A plain folder of
+``<student id>_<assignment>.ipynb`` files passes through unchanged.
+
+A roster CSV (columns ``student_id`` and ``lms_id``; optional ``name``, ``email``,
+``login``, ``section``) maps LMS ids to the course's student ids.  Nothing is
+dropped silently: every entry of the zip (or file of the folder) gets a row in
+``.collect_report.csv`` saying what became of it (collected, late, unmatched, duplicate,
+not a notebook, unsafe path, link, too big, name too long, could not be extracted ...), and
+a problem with one entry is that entry's row: the class goes on.  (A folder that holds
+files is represented by their rows; an empty one has a row of its own.)
+
+The zip is never extracted by name.  Entries are judged from the zip's directory first
+(name, kind, declared size); only the one notebook kept for each student is read, counting
+the bytes it really inflates to, and written to a path built here,
+``<student id>_<assignment>.ipynb``.  Limits: ``MAX_FILE_BYTES`` per notebook (the size
+intake reads, 64 MiB) and ``MAX_TOTAL_BYTES`` for all notebooks of one zip (2 GiB); both
+are arguments of ``collect`` (``--max-file-mb``, ``--max-total-mb`` on the command line).
+Names of any length are fine (a Moodle folder of 150 CJK characters is 456 bytes, more than
+Linux allows for one file name): a student is known by the LMS id in the name, and a name
+never becomes a file name.  Of a student's Canvas files the newest is kept (the highest
+submission id, then the highest ``-N`` suffix); the report names each file dropped.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import tempfile
+import unicodedata
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Callable
+
+from autograder.text import csvsafe
+from .intake import MAX_NOTEBOOK_BYTES, student_id_from_name
+
+CANVAS_RE = re.compile(r"^(?P<name>[^_]+)_(?P<late>LATE_)?(?P<uid>\d{1,20})_(?P<subid>\d{1,20})_(?P<orig>.+)$")
+MOODLE_RE = re.compile(r"^(?P<name>.+)_(?P<uid>\d{1,20})_assignsubmission_(?:file|onlinetext)_?$")
+RESUBMISSION_RE = re.compile(r"-(\d{1,6})\.ipynb$", re.I)   # attention-1.ipynb: Canvas' second upload
+
+MAX_FILE_BYTES = MAX_NOTEBOOK_BYTES      # 64 MiB: a notebook larger than this is not read by intake either
+MAX_TOTAL_BYTES = 2 << 30                # 2 GiB of notebooks from one zip
+MAX_NAME_CHARS = 1024                    # an entry's whole name (a zip allows 65535 bytes)
+REPORT_COLUMNS = ["source", "lms", "lms_id", "name", "student_id", "late", "status", "collected_as"]
+IGNORED = "ignored:"                     # rows of folders and system files: in the report, not in grades.csv
+_CHUNK = 1 << 20
+
+
+@dataclass
+class Entry:
+    source: str
+    lms: str = "folder"
+    lms_id: str = ""
+    name: str = ""
+    late: bool = False
+    student_id: str = ""
+    status: str = ""
+    target: str = ""
+
+
+@dataclass
+class _Item:
+    """One entry of the zip (or file of the folder), before anything of it is read."""
+
+    name: str                                # as stored, '/' between parts
+    kind: str                                # "file", "dir", "link", "special"
+    size: int                                # the declared size (the zip's directory, or stat)
+    open: Callable[[], BinaryIO] | None = None
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and format characters (newlines, bidi overrides) and the bytes
+    of a file name that is not UTF-8 as escapes,
+    and a name beyond MAX_NAME_CHARS shortened with a hash of the whole."""
+    out = "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") else ch
+                  for ch in text)
+    if len(out) > MAX_NAME_CHARS:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        out = f"{out[:200]}... ({len(text)} characters, sha256 {digest})"
+    return out
+
+
+# ----------------------------------------------------------------------------- the roster
+
+def read_roster(path: Path | None, assignment: str | None = None) -> dict[str, dict]:
+    """lms id -> roster row.  Each student id must survive being a file name
+    (``<student id>_<assignment>.ipynb`` reads back as the same id); one line otherwise."""
+    if path is None:
+        return {}
+    try:
+        rows = csvsafe.read(Path(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"roster {path}: cannot be read ({exc})") from None
+    if rows and not {"student_id", "lms_id"} <= set(rows[0]):
+        raise SystemExit(f"roster {path}: needs the columns student_id and lms_id")
+    for line, r in enumerate(rows, start=2):
+        sid = (r.get("student_id") or "").strip()
+        if sid and assignment and not _usable_id(sid, assignment):
+            raise SystemExit(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
+                             "100 letters, digits, '_', '.' and '-' (not first or last)")
+    return {r["lms_id"].strip(): r for r in rows if (r.get("lms_id") or "").strip()}
+
+
+def _usable_id(sid: str, assignment: str) -> bool:
+    try:
+        return student_id_from_name(Path(f"{sid}_{assignment}.ipynb"), assignment) == sid
+    except ValueError:
+        return False
+
+
+# ----------------------------------------------------------------------------- reading the input
+
+def _zip_items(zf: zipfile.ZipFile) -> list[_Item]:
+    items = []
+    for info in zf.infolist():
+        kind_bits = stat.S_IFMT(info.external_attr >> 16)  # 0: the zip does not say (a plain file)
+        if info.is_dir() or kind_bits == stat.S_IFDIR:
+            kind = "dir"
+        elif kind_bits == stat.S_IFLNK:
+            kind = "link"
+        elif kind_bits not in (0, stat.S_IFREG):
+            kind = "special"
+        else:
+            kind = "file"
+        items.append(_Item(info.filename, kind, info.file_size, (lambda i=info: zf.open(i))))
+    return items
+
+
+def _folder_items(root: Path) -> list[_Item]:
+    """Every file, folder and link under ``root``, links never followed."""
+    items = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            try:
+                st = path.lstat()
+            except OSError:
+                items.append(_Item(rel, "special", 0))
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                items.append(_Item(rel, "link", st.st_size))
+            elif stat.S_ISDIR(st.st_mode):
+                items.append(_Item(rel + "/", "dir", 0))
+            elif stat.S_ISREG(st.st_mode):
+                items.append(_Item(rel, "file", st.st_size,
+                                   (lambda p=path: os.fdopen(os.open(p, os.O_RDONLY | os.O_NOFOLLOW), "rb"))))
+            else:
+                items.append(_Item(rel, "special", st.st_size))
+    return items
+
+
+def _parts(name: str) -> tuple[str, ...]:
+    return tuple(p for p in name.replace("\\", "/").split("/") if p not in ("", "."))
+
+
+def _unsafe(name: str) -> str:
+    """Why ``name`` would point outside the folder it is unpacked into ("" when it would not)."""
+    plain = name.replace("\\", "/")
+    if plain.startswith("/") or re.match(r"^[A-Za-z]:", plain):
+        return "an absolute path"
+    if ".." in plain.split("/"):
+        return "a path with '..' (it leaves the folder)"
+    return ""
+
+
+def _identify(e: Entry, parts: tuple[str, ...], kind: str) -> None:
+    if parts and (m := MOODLE_RE.match(parts[0])) and (len(parts) > 1 or kind == "dir"):
+        e.lms, e.lms_id, e.name = "moodle", m["uid"], _printable(m["name"])
+    elif parts and kind != "dir" and (m := CANVAS_RE.match(parts[-1])):
+        e.lms, e.lms_id, e.name, e.late = "canvas", m["uid"], _printable(m["name"]), bool(m["late"])
+
+
+def _newest_first(e: Entry, item: _Item) -> tuple:
+    """Sort key: the newest Canvas file first (the highest submission id, which Canvas
+    gives out in order, then the highest -N suffix; the suffix alone could be the student's
+    own file name); other files keep their order."""
+    if e.lms != "canvas":
+        return (0, 0, 0)
+    m = CANVAS_RE.match(_parts(item.name)[-1])
+    n = RESUBMISSION_RE.search(m["orig"]) if m else None
+    return (0, -int(m["subid"]) if m else 0, -int(n.group(1)) if n else 0)
+
+
+# ----------------------------------------------------------------------------- collect
+
+def collect(assignment: str, source: Path, out: Path, roster: Path | None = None,
+            max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES) -> list[Entry]:
+    """Write each student's notebook to ``out/<student id>_<assignment>.ipynb``.  Every entry
+    gets an Entry saying what became of it; a file that is not a notebook is still matched
+    to its student, so the student's row can say why it was not graded."""
+    by_lms = read_roster(roster, assignment)
+    source = Path(source)
+    zf = None
+    if source.is_file() and zipfile.is_zipfile(source):
+        try:
+            zf = zipfile.ZipFile(source)
+            items = _zip_items(zf)
+        except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as exc:
+            raise SystemExit(f"cannot read the zip file {source}: {exc}") from None
+    elif source.is_dir():
+        items = _folder_items(source)
+    else:
+        raise SystemExit(f"not a folder or a zip file: {source}")
+    try:
+        entries = _collect(assignment, items, Path(out), by_lms, max_file_bytes, max_total_bytes)
+    finally:
+        if zf is not None:
+            zf.close()
+    _write_report(out, entries)
+    _write_lms_ids(out, entries, by_lms)
+    return entries
+
+
+def _collect(assignment: str, items: list[_Item], out: Path, by_lms: dict, max_file: int,
+             max_total: int) -> list[Entry]:
+    out.mkdir(parents=True, exist_ok=True)
+    items = sorted(items, key=lambda i: i.name)
+    holders = {p for i in items for p in (_parts(i.name)[:k] for k in range(1, len(_parts(i.name))))}
+    entries: list[Entry] = []
+    candidates: list[tuple[Entry, _Item]] = []
+    for item in items:
+        if item.kind == "dir" and _parts(item.name) in holders and not _unsafe(item.name):
+            continue  # a folder that holds files: they have rows of their own
+        e = Entry(_printable(item.name))
+        entries.append(e)
+        try:
+            if _judge(e, item, assignment, by_lms, max_file):
+                candidates.append((e, item))
+        except Exception as exc:  # noqa: BLE001 - one entry never stops the class
+            e.status = f"could not be read: {type(exc).__name__}: {exc}"[:300]
+
+    # one notebook per student: the newest Canvas file, else the first in name order
+    kept: dict[str, Entry] = {}
+    for e, item in sorted(candidates, key=lambda c: (c[0].student_id, _newest_first(*c), c[1].name)):
+        first = kept.get(e.student_id)
+        if first is None:
+            kept[e.student_id] = e
+        elif e.lms == "canvas" and first.lms == "canvas":
+            e.status = f"duplicate: an older file of student {e.student_id}; the newest, {first.source}, is graded"
+        else:
+            e.status = f"duplicate: student {e.student_id} already has {first.source}"
+
+    written = 0
+    for e, item in candidates:
+        if e.status:
+            continue
+        if written + item.size > max_total:
+            e.status = (f"not extracted: the notebooks of this zip pass {_fmt_bytes(max_total)} in all "
+                        "(collect --max-total-mb)")
+            continue
+        target = f"{e.student_id}_{assignment}.ipynb"
+        try:
+            size = _extract(item, out / target, min(max_file, max_total - written))
+        except _TooBig as exc:
+            e.status = (f"too big: it inflates past {_fmt_bytes(exc.limit)} (its header said "
+                        f"{_fmt_bytes(item.size)}): not extracted")
+            continue
+        except Exception as exc:  # noqa: BLE001 - a corrupt or encrypted entry is its own row
+            e.status = f"could not be extracted: {_cause(exc)}"[:300]
+            continue
+        written += size
+        e.target = target
+        e.status = "collected, LATE" if e.late else "collected"
+    return entries
+
+
+def _judge(e: Entry, item: _Item, assignment: str, by_lms: dict, max_file: int) -> bool:
+    """Fill ``e`` from the entry's name, kind and declared size; True when it is a notebook
+    to extract (its status then stays empty)."""
+    parts = _parts(item.name)
+    if len(item.name) > MAX_NAME_CHARS:
+        e.status = f"name too long ({len(item.name)} characters, at most {MAX_NAME_CHARS}): not extracted"
+        return False
+    if "__MACOSX" in parts or (parts and any(p.startswith(".") for p in parts) and ".." not in parts):
+        e.status = f"{IGNORED} {'macOS metadata' if '__MACOSX' in parts else 'a hidden file or folder'}"
+        return False
+    _identify(e, parts, item.kind)
+    notebook = bool(parts) and parts[-1].lower().endswith(".ipynb")
+    if e.lms_id:
+        row = by_lms.get(e.lms_id)
+        if row is not None or not by_lms:
+            e.student_id = (row or {}).get("student_id", "").strip() or f"{e.lms}{e.lms_id}"
+    elif notebook and item.kind == "file" and not _unsafe(item.name):
+        try:
+            e.student_id = student_id_from_name(PurePosixPath(parts[-1]), assignment)
+        except ValueError as exc:
+            e.status = f"unmatched: {exc}"
+            return False
+    if why := _unsafe(item.name):
+        e.status = f"unsafe path, {why}: not extracted"
+    elif item.kind == "link":
+        e.status = "a symbolic link: not extracted (links are never followed)"
+    elif item.kind == "special":
+        e.status = "not a regular file (a device, pipe or socket): not extracted"
+    elif e.lms_id and not e.student_id:
+        e.status = f"unmatched: {e.lms} id {e.lms_id} ({e.name}) is not in the roster"
+    elif item.kind == "dir":
+        e.status = "empty folder: nothing was handed in"
+    elif not notebook:
+        suffix = PurePosixPath(parts[-1]).suffix if parts else ""
+        e.status = f"not a notebook ({_printable(suffix) or 'no extension'}): not collected"
+    elif item.size > max_file:
+        e.status = (f"too big: {_fmt_bytes(item.size)}, more than the {_fmt_bytes(max_file)} a notebook may "
+                    "have (collect --max-file-mb): not extracted")
+    else:
+        return True
+    return False
+
+
+def _cause(exc: Exception) -> str:
+    if isinstance(exc, RuntimeError) and "encrypted" in str(exc):
+        return "it is encrypted (a password would be needed)"
+    if isinstance(exc, NotImplementedError):
+        return f"its compression method is not supported ({exc})"
+    if isinstance(exc, zipfile.BadZipFile):
+        return f"the zip is corrupt there ({exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _TooBig(Exception):
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+def _extract(item: _Item, dest: Path, limit: int) -> int:
+    """Copy the entry's bytes to ``dest`` (through a hidden temporary file beside it),
+    counting what really comes out: past ``limit`` bytes it stops and writes nothing."""
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".collect-", suffix=".part")
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as out, item.open() as src:
+            while chunk := src.read(_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise _TooBig(limit)
+                out.write(chunk)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return size
+
+
+# ----------------------------------------------------------------------------- the report
+
+def _write_report(out: Path, entries: list[Entry]) -> None:
+    csvsafe.write(Path(out) / ".collect_report.csv", REPORT_COLUMNS,
+                  [[e.source, e.lms, e.lms_id, e.name, e.student_id, "yes" if e.late else "", e.status, e.target]
+                   for e in entries])
+
+
+def _write_lms_ids(out: Path, entries: list[Entry], by_lms: dict) -> None:
+    """LMS identities for the grade exports (canvas.csv, moodle.csv)."""
+    rows = {(r.get("student_id") or "").strip(): r for r in by_lms.values()}
+    lines, seen = [], set()
+    for e in entries:
+        if e.student_id and e.student_id not in seen and (e.target or not any(
+                x.target for x in entries if x.student_id == e.student_id)):
+            seen.add(e.student_id)
+            r = rows.get(e.student_id, {})
+            lines.append([e.student_id, e.lms_id or r.get("lms_id", ""), r.get("name", e.name), r.get("email", ""),
+                          r.get("login", ""), r.get("section", ""), "yes" if e.late else ""])
+    csvsafe.write(Path(out) / ".lms_ids.csv", ["student_id", "lms_id", "name", "email", "login", "section", "late"],
+                  lines)
+
+
+def read_report(folder: Path) -> list[Entry]:
+    """The entries ``collect`` wrote into ``folder`` (none when it was not made by collect),
+    less folders and system files, which need no row of their own in the class table."""
+    path = Path(folder) / ".collect_report.csv"
+    if not path.exists():
+        return []
+    return [Entry(r["source"], r["lms"], r["lms_id"], r["name"], r["late"] == "yes", r["student_id"],
+                  r["status"], r["collected_as"]) for r in csvsafe.read(path, encoding="utf-8")
+            if not r["status"].startswith(IGNORED)]
+
+
+def summary(entries: list[Entry]) -> str:
+    lines = [f"{e.source}: {e.status}" + (f" -> {e.target}" if e.target else "") for e in entries]
+    files = [e for e in entries if not e.status.startswith(IGNORED)]
+    ok = sum(1 for e in files if e.target)
+    lines.append(f"{len(files)} files: {ok} collected, {len(files) - ok} not collected "
+                 f"({sum(1 for e in files if e.late and e.target)} late)"
+                 + (f"; {len(entries) - len(files)} system files ignored" if len(entries) > len(files) else ""))
+    return "\n".join(lines)

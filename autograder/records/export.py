@@ -1,0 +1,225 @@
+"""Export: every file for the instructor, the students and the LMS, rebuilt from the whole
+gradebook (``python -m autograder export ASSIGNMENT``; ``grade`` runs it at its end).
+
+* ``grades.csv``: one row per student (roster students without a submission, and files nobody
+  could be matched to, included, with the reason), points per question, and the auto,
+  hand-graded, pending and total columns;
+* ``canvas.csv`` and ``moodle.csv``: what those systems import (see README), one row per
+  student the LMS knows, with a feedback line a student can act on;
+* ``histogram.png`` and ``pass_rates.png`` (share of students with full points per question);
+* optionally, every student's feedback page again (after hand grading).
+
+Grading one student or a late batch changes only their rows: the files always describe the
+whole class.  No cell of these files can start a formula in a spreadsheet (``csvsafe``); the
+grade columns stay numbers.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.text import csvsafe
+from .classbook import ClassRow, GradedCell, class_rows, graded_cells
+
+
+@dataclass
+class ExportResult:
+    rows: list[ClassRow]
+    cells: list[GradedCell]
+    paths: dict
+
+    @property
+    def max_points(self) -> float:
+        return sum(c.points for c in self.cells)
+
+    @property
+    def auto_max(self) -> float:
+        return sum(c.points for c in self.cells if c.kind == "auto")
+
+
+def questions(cells: list[GradedCell]) -> list[str]:
+    out = []
+    for c in cells:
+        if c.question not in out:
+            out.append(c.question)
+    return out
+
+
+def question_scores(row: ClassRow, cells: list[GradedCell]) -> dict[str, str]:
+    """'Q1' -> '6' (or '4 + 2 pending' when a person has not graded part of it yet)."""
+    out = {}
+    for q in questions(cells):
+        got, pending = 0.0, 0.0
+        for c in cells:
+            if c.question != q:
+                continue
+            grade = row.cells.get(c.grade_id)
+            if grade is None:
+                continue
+            if grade.score is None:
+                pending += c.points
+            else:
+                got += grade.score
+        out[q] = "" if row.status != "graded" else f"{got:g}" + (f" + {pending:g} pending" if pending else "")
+    return out
+
+
+def student_feedback(row: ClassRow, cells: list[GradedCell]) -> str:
+    """One line a student can act on: what is missing, what waits for a person."""
+    if row.status == "no submission":
+        return "No submission was received. Hand in your .ipynb file where your course collects it."
+    if row.status != "graded":
+        return (f"Your file could not be graded: {row.reason}. Hand in the .ipynb file you downloaded from "
+                "Colab or Jupyter (File > Download), and ask your instructor if the deadline has passed.")
+    lost = [c for c in cells if c.kind == "auto" and row.cells.get(c.grade_id) is not None
+            and (row.cells[c.grade_id].score or 0.0) < c.points]
+    parts = [f"{row.auto:g} of {sum(c.points for c in cells if c.kind == 'auto'):g} points from the automatic tests"]
+    if lost:
+        qs = sorted({c.question for c in lost})
+        parts.append("points lost in " + ", ".join(qs) + " (see the feedback page for each test)")
+    if row.manual:
+        parts.append(f"{row.manual:g} points from a grader")
+    if row.pending:
+        parts.append(f"{row.pending:g} points of written answers are still waiting for a grader")
+    if row.late:
+        parts.append("submitted late")
+    return "; ".join(parts) + "."
+
+
+def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_column: str,
+           canvas_id: int | None = None, feedback: bool = False, root: Path | None = None) -> ExportResult:
+    """Write every export of ``assignment`` from the gradebook in ``grading`` into ``out_dir``."""
+    grading, out_dir = Path(grading), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cells = graded_cells(released_nb)
+    rows = class_rows(grading, assignment, released_nb)
+    result = ExportResult(rows, cells, {
+        "grades": out_dir / "grades.csv", "canvas": out_dir / "canvas.csv", "moodle": out_dir / "moodle.csv",
+        "histogram": out_dir / "histogram.png", "pass_rates": out_dir / "pass_rates.png"})
+    _grades_csv(result, result.paths["grades"])
+    _canvas_csv(result, result.paths["canvas"], lms_column, canvas_id)
+    _moodle_csv(result, result.paths["moodle"], lms_column)
+    _plots(result, assignment)
+    if feedback:
+        regenerate_feedback(assignment, grading, out_dir / "feedback", [r.student_id for r in rows
+                                                                        if r.status == "graded"], root)
+    return result
+
+
+def _grades_csv(result: ExportResult, path: Path) -> None:
+    qs = questions(result.cells)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csvsafe.writer(fh)
+        w.writerow(["student_id", "status", "auto", "manual", "pending", "total", "max_score", "percent",
+                    *qs, "late", "file", "reason", "notes"])
+        for r in result.rows:
+            per_q = question_scores(r, result.cells)
+            pct = 100 * r.total / r.max_score if r.max_score else 0.0
+            w.writerow([r.student_id, r.status, f"{r.auto:g}", f"{r.manual:g}", f"{r.pending:g}", f"{r.total:g}",
+                        f"{r.max_score:g}", f"{pct:.1f}", *[per_q[q] for q in qs], "yes" if r.late else "",
+                        r.file, r.reason, r.notes])
+
+
+def _canvas_csv(result: ExportResult, path: Path, column: str, canvas_id: int | None) -> None:
+    """Canvas' gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then one
+    column per assignment, named "<name> (<assignment id>)" when the id is known (Canvas
+    matches on it); the first row holds the points possible."""
+    header = f"{column} ({canvas_id})" if canvas_id else column
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csvsafe.writer(fh)
+        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", header])
+        w.writerow(["    Points Possible", "", "", "", "", f"{result.max_points:g}"])
+        for r in result.rows:
+            if r.student_id.startswith("?"):
+                continue  # a file nobody could be matched to: grades.csv lists it, the LMS cannot
+            score = "" if r.status == "graded" and r.pending else f"{r.total:g}"
+            w.writerow([r.lms.get("name", r.student_id), r.lms.get("lms_id", ""), r.student_id,
+                        r.lms.get("login", ""), r.lms.get("section", ""), score])
+
+
+def _moodle_csv(result: ExportResult, path: Path, column: str) -> None:
+    """Moodle's grade import (Grades > Import > CSV file): identify users by "ID number" (or
+    "Email address") and map the grade and feedback columns to the assignment's grade item."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csvsafe.writer(fh)
+        w.writerow(["ID number", "Email address", "Full name", column, f"Feedback: {column}"])
+        for r in result.rows:
+            if r.student_id.startswith("?"):
+                continue
+            score = "" if r.status == "graded" and r.pending else f"{r.total:g}"
+            w.writerow([r.student_id, r.lms.get("email", ""), r.lms.get("name", ""), score,
+                        student_feedback(r, result.cells)])
+
+
+def _plots(result: ExportResult, assignment: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt
+
+    graded = [r for r in result.rows if r.status == "graded"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    top = result.max_points or 1
+    bins = min(30, int(top) + 1) if result.max_points else 10
+    students = [r for r in result.rows if not r.student_id.startswith("?")]
+    ax.hist([r.total for r in students], bins=bins, range=(0, top), color="#4c72b0", edgecolor="white")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # students come whole
+    ax.set_xlabel(f"points (out of {result.max_points:g}; pending hand grading counts as 0)")
+    ax.set_ylabel("students")
+    ax.set_title(f"{assignment}: points of {len(students)} students ({len(graded)} graded, "
+                 f"{len(students) - len(graded)} with 0: nothing gradable)")
+    fig.tight_layout()
+    fig.savefig(result.paths["histogram"], dpi=110)
+    plt.close(fig)
+
+    qs = [q for q in questions(result.cells) if any(c.kind == "auto" for c in result.cells if c.question == q)]
+    rates = []
+    for q in qs:
+        auto = [c for c in result.cells if c.question == q and c.kind == "auto"]
+        full = [r for r in graded if all((r.cells.get(c.grade_id) and (r.cells[c.grade_id].score or 0) >= c.points)
+                                         for c in auto)]
+        rates.append(100 * len(full) / len(graded) if graded else 0.0)
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * max(len(qs), 3) + 1.2))
+    ax.barh(qs[::-1], rates[::-1], color="#55a868")
+    for y, rate in enumerate(rates[::-1]):
+        ax.text(min(rate + 1, 92), y, f"{rate:.0f}%", va="center", fontsize=8)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"students with every automatic test of the question passed (%, n = {len(graded)})")
+    ax.set_title(f"{assignment}: questions, automatic tests")
+    fig.tight_layout()
+    fig.savefig(result.paths["pass_rates"], dpi=110)
+    plt.close(fig)
+
+
+def regenerate_feedback(assignment: str, grading: Path, feedback_dir: Path, students: list[str],
+                        root: Path | None = None) -> None:
+    """Every graded student's feedback page again, from the gradebook (hand grades included)."""
+    from autograder import ROOT
+    from autograder.authoring.release import tool_env
+
+    root = root or ROOT
+    if not students:
+        return
+    from .gradebook import db_url
+
+    cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force",
+           f"--CourseDirectory.db_url={db_url(grading)}",
+           f"--CourseDirectory.submitted_directory={grading / 'submitted'}",
+           f"--CourseDirectory.autograded_directory={grading / 'autograded'}",
+           f"--CourseDirectory.feedback_directory={grading / 'feedback'}"]
+    subprocess.run(cmd, cwd=root, env=tool_env(), capture_output=True, text=True)
+    feedback_dir.mkdir(parents=True, exist_ok=True)
+    import time
+
+    footer = ("<footer style='margin:2em 0;color:#666;font-size:small' class='grading-provenance'>"
+              f"Feedback rebuilt from the gradebook {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+              "(automatic tests, and the points and comments of the graders).</footer>")
+    for sid in students:
+        pages = sorted((grading / "feedback" / sid / assignment).glob("*.html"))
+        if pages:
+            text = pages[0].read_text(errors="replace")
+            text = text.replace("</body>", footer + "\n</body>", 1) if "</body>" in text else text + footer
+            (feedback_dir / f"{sid}.html").write_text(text)

@@ -1,0 +1,346 @@
+"""Hand grading, question by question across the class.
+
+    python -m autograder handgrade ASSIGNMENT [--port 8765]
+
+serves, on this machine only (127.0.0.1), one page per hand-graded cell of the assignment:
+the question and its mark scheme at the top, then every student's answer, each with a
+points field and a comment box.  "Save" writes the points and comments into the nbgrader
+gradebook (manual score and comment of that cell), so nbgrader's formgrader, the feedback
+pages and the exports agree.  Then ``python -m autograder export ASSIGNMENT`` rebuilds
+``grades.csv``, the LMS files and every feedback page with the hand grades.
+
+Security model.  Any web page the instructor's browser opens can send requests to
+127.0.0.1, and a name it controls can be rebound to 127.0.0.1 (DNS rebinding).  So the
+server answers only requests whose ``Host`` is its own address and port (``127.0.0.1:PORT``
+or ``localhost:PORT``), and only requests that carry the secret of this run: a random token
+made at start, printed in the URL (``http://127.0.0.1:PORT/?token=...``) and then kept in an
+HttpOnly, SameSite=Strict cookie, as Jupyter does.  A request that changes grades must also
+come from the server's own pages (its ``Origin``, or without one its ``Referer``) and carry
+the form token, which only pages served to the secret's holder contain.  Students' written
+answers are shown as markdown rendered to HTML and cleaned by an allow-list sanitiser
+(``nh3``), with their source beside it; every page is sent with a Content-Security-Policy that
+allows no script at all, and no image from elsewhere.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import html
+import secrets
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import nbformat
+
+from .classbook import graded_cells
+from .gradebook import db_url
+
+
+@dataclass
+class Answer:
+    student_id: str
+    text: str              # the cell's source as the student left it
+    output: str            # text output of a code cell (for code read by a person)
+    answered: bool         # False: the cell is as released (it scored 0 automatically)
+    points: float | None   # the manual score in the gradebook, if any
+    comment: str
+
+
+@dataclass
+class HandGradedCell:
+    grade_id: str
+    question: str
+    label: str
+    max_points: float
+    prompt: str            # the question text (the released markdown cell before the answer)
+    mark_scheme: str       # from solutions/: what a full-credit answer contains
+    answers: list[Answer] = field(default_factory=list)
+    cell_type: str = "markdown"   # "markdown": a written answer; "code": code a person reads
+
+    @property
+    def done(self) -> int:
+        return sum(1 for a in self.answers if a.points is not None or not a.answered)
+
+
+class HandGrading:
+    """The hand-graded cells of one assignment, read from the grading folder and the gradebook."""
+
+    def __init__(self, assignment: str, grading: Path, root: Path):
+        self.assignment, self.grading, self.root = assignment, Path(grading), Path(root)
+        rel = sorted((self.grading / "release" / assignment).glob("*.ipynb"))
+        if not rel:
+            raise FileNotFoundError(f"{assignment} has not been graded in {self.grading} yet (no release there)")
+        self.notebook = rel[0].name
+        self.released = nbformat.read(rel[0], as_version=4)
+        self.source = nbformat.read(self.root / "solutions" / assignment / self.notebook, as_version=4)
+
+    def cells(self) -> list[HandGradedCell]:
+        from nbgrader.api import Gradebook, MissingEntry
+
+        by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): (i, c) for i, c in enumerate(self.released.cells)}
+        schemes = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in self.source.cells}
+        out = []
+        for info in graded_cells(self.released):
+            if info.kind != "manual":
+                continue
+            index, cell = by_id[info.grade_id]
+            prompt = next((c.source for c in reversed(self.released.cells[:index]) if c.cell_type == "markdown"), "")
+            out.append(HandGradedCell(info.grade_id, info.question, info.label, info.points, prompt,
+                                      schemes.get(info.grade_id, ""), cell_type=cell.cell_type))
+        with Gradebook(db_url(self.grading)) as gb:
+            for sub in gb.assignment_submissions(self.assignment):
+                sid = sub.student.id
+                path = self.grading / "autograded" / sid / self.assignment / self.notebook
+                try:
+                    nb = nbformat.read(path, as_version=4)
+                except (OSError, ValueError):
+                    continue
+                cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+                for hc in out:
+                    cell = cells.get(hc.grade_id)
+                    try:
+                        grade = gb.find_grade(hc.grade_id, self.notebook[:-6], self.assignment, sid)
+                        comment = gb.find_comment(hc.grade_id, self.notebook[:-6], self.assignment, sid)
+                    except MissingEntry:
+                        continue
+                    answered = grade.auto_score is None or grade.manual_score is not None
+                    output = "".join(o.get("text", "") for o in (cell.get("outputs", []) if cell else [])
+                                     if o.get("output_type") == "stream")
+                    hc.answers.append(Answer(sid, cell.source if cell is not None else "", output[-5000:], answered,
+                                             grade.manual_score, comment.manual_comment or ""))
+        for hc in out:
+            hc.answers.sort(key=lambda a: (not a.answered, a.student_id))
+        return out
+
+    def save(self, grade_id: str, entries: dict[str, tuple[str, str]]) -> list[str]:
+        """Write points and comments (student id -> (points text, comment)); blank points leave
+        a grade as it is.  Returns one line per problem (nothing is written for that student);
+        ``self.scored`` then holds the students whose points were written."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        info = {c.grade_id: c for c in graded_cells(self.released) if c.kind == "manual"}.get(grade_id)
+        if info is None:
+            return [f"{grade_id} is not a hand-graded cell of {self.assignment}"]
+        problems: list[str] = []
+        self.scored: list[str] = []
+        with Gradebook(db_url(self.grading)) as gb:
+            for sid, (points, text) in entries.items():
+                try:
+                    grade = gb.find_grade(grade_id, self.notebook[:-6], self.assignment, sid)
+                    comment = gb.find_comment(grade_id, self.notebook[:-6], self.assignment, sid)
+                except MissingEntry:
+                    problems.append(f"{sid}: no such submission")
+                    continue
+                points = points.strip()
+                if points:
+                    try:
+                        value = float(points)
+                    except ValueError:
+                        problems.append(f"{sid}: {points!r} is not a number")
+                        continue
+                    if not 0 <= value <= info.points:
+                        problems.append(f"{sid}: {value:g} is outside 0..{info.points:g}")
+                        continue
+                    grade.manual_score = value
+                    grade.needs_manual_grade = False
+                    self.scored.append(sid)
+                comment.manual_comment = text.strip() or None
+            gb.db.commit()
+        return problems
+
+
+# ----------------------------------------------------------------------------- pages
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 1.5rem auto; padding: 0 1rem; color: #222; }
+.scheme { background: #f4f8fb; border-left: 4px solid #4c72b0; padding: 0.5rem 1rem; }
+.answer { border: 1px solid #ccc; border-radius: 4px; padding: 0.6rem 0.8rem; margin: 0.8rem 0; }
+.answer pre { white-space: pre-wrap; background: #fafafa; padding: 0.5rem; margin: 0.3rem 0; }
+.answer.blank { opacity: 0.6; }
+.written { background: #fff; padding: 0 0.5rem; } .written img { max-width: 100%; }
+details summary { color: #666; font-size: small; cursor: pointer; }
+.graded { color: #3c763d; } .todo { color: #8a6d3b; } .problem { color: #a94442; }
+textarea { width: 100%; height: 3.5em; }
+input[type=number] { width: 6em; }
+table td { padding: 0.2rem 0.8rem 0.2rem 0; }
+"""
+
+
+# every page: no script of any kind, styles only this page's own block, images only from here
+CSP = ("default-src 'none'; style-src 'sha256-" + base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
+       + "'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+def _page(title: str, body: str) -> bytes:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body>{body}</body></html>").encode()
+
+
+def _markdown(text: str) -> str:
+    """Markdown as safe HTML with its math as MathML (``autograder.text.htmlsafe``: no script, no
+    event handler, no ``javascript:`` link): a student's answer, or the question and mark scheme."""
+    from autograder.text.htmlsafe import markdown_to_html
+
+    return markdown_to_html(text)
+
+
+def index_page(hg: HandGrading, cells: list[HandGradedCell]) -> bytes:
+    rows = "".join(
+        f"<tr><td><a href='/cell/{urllib.parse.quote(c.grade_id)}'>{html.escape(c.label)}</a></td>"
+        f"<td>{c.max_points:g} points</td><td class='{'graded' if c.done == len(c.answers) else 'todo'}'>"
+        f"{c.done} of {len(c.answers)} graded</td></tr>" for c in cells)
+    body = (f"<h1>{html.escape(hg.assignment)}: hand grading</h1>"
+            f"<p>One page per question: the mark scheme, then every student's answer. Unanswered cells "
+            f"already scored 0 and need nothing. When you are done, run "
+            f"<code>python -m autograder export {html.escape(hg.assignment)}</code>.</p>"
+            f"<table>{rows or '<tr><td>This assignment has no hand-graded cells.</td></tr>'}</table>")
+    return _page(f"{hg.assignment}: hand grading", body)
+
+
+def cell_page(hg: HandGrading, cell: HandGradedCell, token: str, message: str = "") -> bytes:
+    parts = [f"<p><a href='/'>&larr; all questions</a></p><h1>{html.escape(cell.label)} "
+             f"<small>({cell.max_points:g} points)</small></h1>"]
+    if message:
+        parts.append(f"<p class='{'problem' if 'not' in message or 'outside' in message else 'graded'}'>"
+                     f"{html.escape(message)}</p>")
+    parts.append(f"<h2>Question</h2><div>{_markdown(cell.prompt)}</div>")
+    parts.append(f"<h2>Mark scheme</h2><div class='scheme'>{_markdown(cell.mark_scheme)}</div>")
+    parts.append(f"<h2>Answers ({cell.done} of {len(cell.answers)} graded)</h2>"
+                 f"<form method='post' action='/cell/{urllib.parse.quote(cell.grade_id)}'>"
+                 f"<input type='hidden' name='token' value='{token}'>")
+    for a in cell.answers:
+        sid = html.escape(a.student_id)
+        state = ("no answer: scored 0" if not a.answered else
+                 f"graded: {a.points:g}" if a.points is not None else "awaiting a grade")
+        parts.append(
+            f"<div class='answer{'' if a.answered else ' blank'}' id='s-{sid}'><b>{sid}</b> "
+            f"<span class='{'graded' if a.points is not None or not a.answered else 'todo'}'>({state})</span>"
+            + (f"<div class='written'>{_markdown(a.text)}</div><details><summary>source</summary>"
+               f"<pre>{html.escape(a.text)}</pre></details>" if cell.cell_type == "markdown" else
+               f"<pre>{html.escape(a.text)}</pre>")
+            + (f"<pre>{html.escape(a.output)}</pre>" if a.output.strip() else "")
+            + (f"<label>points <input type='number' step='0.5' min='0' max='{cell.max_points:g}' "
+               f"name='points__{sid}' value='{'' if a.points is None else f'{a.points:g}'}'></label> "
+               f"<label>comment for the student<textarea name='comment__{sid}'>{html.escape(a.comment)}"
+               f"</textarea></label>" if a.answered else "")
+            + "</div>")
+    parts.append("<p><button type='submit'>Save all grades on this page</button></p></form>")
+    return _page(f"{hg.assignment}: {cell.label}", "".join(parts))
+
+
+def make_server(hg: HandGrading, port: int = 8765, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """The hand-grading web server (not started).  ``server.url`` is the address to open (it
+    carries ``server.secret``, this run's secret); ``server.token`` guards its forms.  Raises
+    OSError when the port is taken."""
+    secret = secrets.token_urlsafe(32)
+    token = secrets.token_urlsafe(16)
+    lock = threading.Lock()
+    hosts: set[str] = set()      # filled once the port is known (port 0: the system picks one)
+    origins: set[str] = set()
+    cookie = ""
+
+    def has_secret(handler, query: dict) -> bool:
+        given = list(query.get("token") or [])
+        for part in (handler.headers.get("Cookie") or "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == cookie:
+                given.append(value)
+        return any(hmac.compare_digest(g.encode(), secret.encode()) for g in given)
+
+    def refuse(handler, status: int, text: str) -> None:
+        handler._send(status, _page("refused", f"<p>{html.escape(text)}</p>"))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8",
+                  headers: dict | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Security-Policy", CSP)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("Cache-Control", "no-store")
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _allowed(self) -> dict | None:
+            """The query of a request from the instructor's browser (else it is refused, None)."""
+            url = urllib.parse.urlparse(self.path)
+            query = urllib.parse.parse_qs(url.query)
+            if self.headers.get("Host") not in hosts:  # DNS rebinding: a foreign name for 127.0.0.1
+                refuse(self, 403, f"This server answers only at {' or '.join(sorted(origins))}.")
+                return None
+            if not has_secret(self, query):
+                refuse(self, 403, "Open the address that `python -m autograder handgrade` printed "
+                                  "(it carries this run's secret).")
+                return None
+            if "token" in query:  # the secret moves into a cookie, out of the address bar
+                rest = urllib.parse.urlencode({k: v for k, v in query.items() if k != "token"}, doseq=True)
+                self._send(303, b"", headers={
+                    "Location": url.path + (f"?{rest}" if rest else ""),
+                    "Set-Cookie": f"{cookie}={secret}; HttpOnly; SameSite=Strict; Path=/"})
+                return None
+            return query
+
+        def _cell(self, path: str):
+            gid = urllib.parse.unquote(path[len("/cell/"):])
+            return next((c for c in hg.cells() if c.grade_id == gid), None)
+
+        def do_GET(self):
+            query = self._allowed()
+            if query is None:
+                return
+            path = urllib.parse.urlparse(self.path).path
+            if path == "/":
+                return self._send(200, index_page(hg, hg.cells()))
+            if path.startswith("/cell/"):
+                cell = self._cell(path)
+                if cell is not None:
+                    return self._send(200, cell_page(hg, cell, token, (query.get("msg") or [""])[0]))
+            self._send(404, _page("not found", "<p>No such page. <a href='/'>All questions</a></p>"))
+
+        def do_POST(self):
+            if self._allowed() is None:
+                return
+            source = self.headers.get("Origin") or self.headers.get("Referer") or ""
+            parsed = urllib.parse.urlparse(source)
+            if f"{parsed.scheme}://{parsed.netloc}" not in origins:
+                return refuse(self, 403, "This form is not from this server.")
+            path = urllib.parse.urlparse(self.path).path
+            length = min(int(self.headers.get("Content-Length") or 0), 10 << 20)
+            form = urllib.parse.parse_qs(self.rfile.read(length).decode("utf-8", "replace"), keep_blank_values=True)
+            if not hmac.compare_digest((form.get("token") or [""])[0].encode(), token.encode()) \
+                    or not path.startswith("/cell/"):
+                return refuse(self, 403, "This form is not from this server.")
+            gid = urllib.parse.unquote(path[len("/cell/"):])
+            entries = {}
+            for key, values in form.items():
+                if key.startswith("points__"):
+                    sid = key[len("points__"):]
+                    entries[sid] = (values[0], (form.get(f"comment__{sid}") or [""])[0])
+            with lock:
+                problems = hg.save(gid, entries)
+                scored = len(hg.scored)
+            msg = f"saved points for {scored} answer{'s' if scored != 1 else ''}"
+            if problems:
+                msg += "; not saved: " + "; ".join(problems)
+            self._send(303, b"", headers={"Location": f"/cell/{urllib.parse.quote(gid)}?msg={urllib.parse.quote(msg)}"})
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    port = server.server_address[1]
+    hosts.update({f"{host}:{port}"} | ({f"localhost:{port}"} if host == "127.0.0.1" else set()))
+    origins.update(f"http://{h}" for h in hosts)
+    cookie = f"handgrade-{port}"
+    server.token = token  # type: ignore[attr-defined]
+    server.secret = secret  # type: ignore[attr-defined]
+    server.url = f"http://{host}:{port}/?token={secret}"  # type: ignore[attr-defined]
+    return server
