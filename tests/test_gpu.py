@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 
+from autograder.course.settings import GradingSettings
 from autograder.isolation import sandbox
 from autograder.course.model import load
 from autograder.judge.kernel import KernelSession
@@ -39,7 +40,7 @@ def grade_on(device: str, nb, tmp_path, monkeypatch, sandboxed: bool = False) ->
     with the GPU passed through."""
     jupyter = tmp_path / f"jupyter-{device}-{sandboxed}"
     if sandboxed:
-        sandbox.install_kernelspec(jupyter, use_bwrap=True, gpu=device == "cuda")
+        sandbox.install_kernelspec(jupyter, GradingSettings(bwrap=True, gpu=device == "cuda"))
         name = sandbox.KERNEL_NAME
     else:
         (jupyter / "kernels" / "course-plain").mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,8 @@ import threading
 
 import pytest
 
-from autograder.isolation import sandbox
+from autograder.course.model import Grading
+from autograder.isolation import policy, sandbox
 from conftest import ROOT
 
 needs_bwrap = pytest.mark.skipif(not sandbox.bwrap_works(), reason="bubblewrap does not work here")
@@ -40,9 +41,9 @@ def run_inside(tmp_path, script: str, gpu: bool = False, env: dict | None = None
     work, conn = tmp_path / "work", tmp_path / "conn"
     work.mkdir(exist_ok=True)
     conn.mkdir(exist_ok=True)
-    cmd = sandbox.bwrap_command([sys.executable, "-c", textwrap.dedent(script)], workdir=work, conn_dir=conn,
-                                gpu=gpu, tmp_mb=tmp_mb, work_mb=64,
-                                env=sandbox.kernel_env(env if env is not None else dict(os.environ)))
+    rules = policy.kernel_policy(work, conn, memory_mb=8192, tmp_mb=tmp_mb, work_mb=64, file_mb=512, gpu=gpu,
+                                 env=env if env is not None else dict(os.environ))
+    cmd = sandbox.bwrap_command(sandbox.confined([sys.executable, "-c", textwrap.dedent(script)], rules), rules)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -103,7 +104,7 @@ def test_the_kernel_sees_only_the_allow_list(tmp_path, monkeypatch):
     for hidden in ("solutions", "autograder", "git", "other_clone", "home_secret", "var", "run", "shadow"):
         assert seen[hidden] is False, f"{hidden} is visible inside the sandbox"
     assert seen["coursekit"] and seen["data"] and seen["torch"]
-    allowed_tops = {p.parts[1] for p in sandbox.readable_paths()}  # e.g. /opt when Python lives there
+    allowed_tops = {p.parts[1] for p in policy.readable_paths()}  # e.g. /opt when Python lives there
     forbidden = {"var", "run", "home", "srv", "mnt", "opt", "media"} - allowed_tops
     assert not forbidden & set(seen["root_listing"]), seen["root_listing"]
 
@@ -211,7 +212,7 @@ def test_probe_reports_the_limits():
     got = sandbox.probe(memory_mb=4096, use_bwrap=False)
     assert got["limits"]["AS"] == 4096 * 1024 * 1024
     assert got["limits"]["DATA"] == resource.getrlimit(resource.RLIMIT_DATA)[0]
-    assert got["limits"]["FSIZE"] == sandbox.DEFAULT_FILE_MB * 1024 * 1024
+    assert got["limits"]["FSIZE"] == Grading().file_mb * 1024 * 1024
 
 
 def test_a_probe_runs_once_per_process_and_environment(monkeypatch):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.course.settings import GradingSettings
 from autograder.isolation import sandbox
 from autograder.judge import execute
 
@@ -69,7 +70,7 @@ for place in ("/tmp", "/dev/shm", "."):
 @pytest.fixture
 def grader(tmp_path, monkeypatch):
     """A course kernelspec, a scratch base and the JudgedExecute that owns the zygote."""
-    sandbox.install_kernelspec(tmp_path / "jupyter", threads=1, memory_mb=4096)
+    sandbox.install_kernelspec(tmp_path / "jupyter", GradingSettings(memory_mb=4096), threads=1)
     # a read-only folder under /tmp (a checkout or venv there, as in CI): /tmp is replaced
     # in each forked kernel, and the folder must still be there
     shared = Path("/tmp") / f"course-ro-{os.getpid()}"

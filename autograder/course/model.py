@@ -37,11 +37,16 @@ class Repository:
 
 @dataclass(frozen=True)
 class Grading:
-    """How one assignment is graded (the CLI and the Colab grading notebook read this)."""
+    """How one assignment is graded (the CLI and the Colab grading notebook read this).  These
+    defaults are the course's, for what course.yml leaves out; every other place takes them
+    from here."""
 
-    cell_timeout: int = 300
-    notebook_timeout: int = 1800
-    memory_mb: int = 8192
+    cell_timeout: int = 300        # seconds per cell (and per request a test makes)
+    notebook_timeout: int = 1800   # seconds per notebook
+    memory_mb: int = 8192          # per kernel
+    tmp_mb: int = 512              # a kernel's /tmp and /dev/shm (memory)
+    work_mb: int = 512             # a kernel's working folder (memory)
+    file_mb: int = 512             # the largest file a kernel may write
     env: dict = field(default_factory=dict)
 
 
@@ -73,6 +78,7 @@ class Course:
     instructor_repo: Repository
     assignments: tuple[Assignment, ...]
     root: Path = ROOT
+    grading: Grading = field(default_factory=Grading)   # the course-wide settings
 
     def assignment(self, name: str) -> Assignment:
         for a in self.assignments:
@@ -169,7 +175,7 @@ def parse(data, root: Path = ROOT) -> Course:
     return Course(title=_expect(data.get("title"), str, "title"),
                   student_repo=_repo(repos.get("student"), "repositories.student"),
                   instructor_repo=_repo(repos.get("instructor"), "repositories.instructor"),
-                  assignments=tuple(assignments), root=root)
+                  assignments=tuple(assignments), root=root, grading=base)
 
 
 @lru_cache(maxsize=8)

@@ -1,33 +1,49 @@
-"""One settings object for a grading run: limits, workers, sandbox, the kernels' environment."""
+"""One settings object for a grading run: limits, workers, sandbox, the kernels' environment.
+
+``GradingSettings`` is made once per run, from course.yml and the command line, and travels
+whole: a grading worker (a local process or a Dask task) receives it as one serialised object
+(``to_json`` / ``from_json``) and takes every limit and switch from it, never from its own
+reading of course.yml, the command line or the environment.
+"""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
-from autograder.isolation import sandbox
+from .model import Grading
+
+_DEFAULTS = Grading()
 
 
 @dataclass(frozen=True)
 class GradingSettings:
-    cell_timeout: int = 300          # seconds per cell, and per request a test makes
-    notebook_timeout: int = 1800     # seconds per notebook
-    memory_mb: int = sandbox.DEFAULT_MEMORY_MB
-    tmp_mb: int = sandbox.DEFAULT_TMP_MB
-    work_mb: int = sandbox.DEFAULT_WORK_MB
-    file_mb: int = sandbox.DEFAULT_FILE_MB
+    cell_timeout: int = _DEFAULTS.cell_timeout          # seconds per cell, and per request a test makes
+    notebook_timeout: int = _DEFAULTS.notebook_timeout  # seconds per notebook
+    memory_mb: int = _DEFAULTS.memory_mb
+    tmp_mb: int = _DEFAULTS.tmp_mb
+    work_mb: int = _DEFAULTS.work_mb
+    file_mb: int = _DEFAULTS.file_mb
     workers: int = 0                 # 0: one per CPU core
     sandbox: str = "auto"            # auto (bubblewrap when it works, else a warning), on, off
     max_restarts: int = 4            # fresh kernels after a crash or an unstoppable cell
     cluster: str | None = None       # a Dask scheduler address or scheduler file: grade there
     env: dict = field(default_factory=dict)  # for the kernels and the judge (e.g. COURSE_PROFILE)
+    judge_context: tuple = ()        # grade ids of the released cells the judge runs before the tests
+    models: tuple = ()               # the offline models the assignment loads
+    # where the kernels run, once the run has checked it (see autograder.isolation.sandbox.check)
+    bwrap: bool = True
+    gpu: bool = False
+    provenance: str = ""             # the line every feedback page ends with
 
     @classmethod
     def for_assignment(cls, assignment, **overrides) -> "GradingSettings":
         """The course file's settings for ``assignment``, with every override that is not None."""
         g = assignment.grading
         base = cls(cell_timeout=g.cell_timeout, notebook_timeout=g.notebook_timeout, memory_mb=g.memory_mb,
-                   env=dict(g.env))
+                   tmp_mb=g.tmp_mb, work_mb=g.work_mb, file_mb=g.file_mb, env=dict(g.env),
+                   judge_context=tuple(assignment.judge_context), models=tuple(assignment.models))
         return base.with_(**overrides)
 
     def with_(self, **overrides) -> "GradingSettings":
@@ -36,6 +52,20 @@ class GradingSettings:
     @property
     def n_workers(self) -> int:
         return max(1, self.workers or usable_cpus())
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpu else "cpu"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "GradingSettings":
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        data = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
+        return cls(**data)
 
 
 def usable_cpus() -> int:

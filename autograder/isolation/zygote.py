@@ -49,7 +49,7 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 CAP_VERSION_3 = 0x20080522
 HEADER = struct.Struct("!Q")
-CONN_INSIDE = "/.course-conn"  # as autograder.isolation.sandbox.CONN_INSIDE: where a kernel sees its connection folder
+CONN_INSIDE = "/.course-conn"  # as autograder.isolation.policy.CONN_INSIDE (this file runs alone in its sandbox)
 MAX_REQUEST = 64 << 20  # the copy of a submission is far smaller; anything larger is refused
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -127,39 +127,47 @@ def send_blob(conn: socket.socket, data: bytes) -> None:
     conn.sendall(HEADER.pack(len(data)) + data)
 
 
-def build_sandbox(limits: dict, request: dict, copy: bytes) -> None:
-    """In the forked child: new namespaces and fresh private mounts (see the module docstring)."""
+def build_sandbox(setup: dict, request: dict, copy: bytes) -> dict:
+    """In the forked child: new namespaces and the mounts of the kernel's policy (the same data
+    bubblewrap applies, ``autograder.isolation.policy``).  Returns the policy."""
+    policy = json.loads(request["policy"])
     uid, gid = os.getuid(), os.getgid()
-    conn_dir = os.path.dirname(request["connection_file"])
-    workdir = request["workdir"]
-    if os.path.realpath(conn_dir) != conn_dir or not os.path.isdir(conn_dir):
+    conn_dir = policy["connection"]
+    workdir = policy["workdir"]
+    if os.path.realpath(conn_dir) != conn_dir or not os.path.isdir(conn_dir) \
+            or os.path.dirname(request["connection_file"]) != conn_dir:
         raise SetupError(f"no connection folder {conn_dir}")
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
-           "unshare")
+    flags = {"user": CLONE_NEWUSER, "mount": CLONE_NEWNS, "pid": CLONE_NEWPID, "net": CLONE_NEWNET,
+             "ipc": CLONE_NEWIPC, "uts": CLONE_NEWUTS}
+    _check(_libc.unshare(sum(flags[n] for n in policy["namespaces"])), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     # only its own connection folder, at CONN_INSIDE: outside every folder the kernel may fill
     _mount(conn_dir, CONN_INSIDE, None, MS_BIND)
-    flags, owner = MS_NOSUID | MS_NODEV, f"uid={uid},gid={gid}"
-    _mount("tmpfs", "/tmp", "tmpfs", flags, f"size={limits['tmp_mb']}m,mode=755,{owner}")
-    own = limits.get("own", "")
+    mount_flags, owner = MS_NOSUID | MS_NODEV, f"uid={uid},gid={gid}"
+    tmpfs = dict((path, mb) for path, mb in policy["tmpfs"])
+    _mount("tmpfs", "/tmp", "tmpfs", mount_flags, f"size={tmpfs['/tmp']}m,mode=755,{owner}")
+    own = setup.get("own", "")
     if own and os.path.isdir(own):  # the zygote's folder (other kernels' sockets): out of sight
-        _mount("tmpfs", own, "tmpfs", flags | MS_RDONLY, f"size=4k,mode=555,{owner}")
-    for second, folder in limits.get("rebind", []):  # read-only folders that live under /tmp
+        _mount("tmpfs", own, "tmpfs", mount_flags | MS_RDONLY, f"size=4k,mode=555,{owner}")
+    for second, folder in setup.get("rebind", []):  # read-only folders that live under /tmp
         os.makedirs(folder, exist_ok=True)
         _mount(second, folder, None, MS_BIND | MS_REC)
         _mount(None, folder, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    _mount("tmpfs", "/dev/shm", "tmpfs", flags | MS_NOEXEC, f"size={limits['tmp_mb']}m,mode=1777,{owner}")
-    # the working folder: a fresh tmpfs over the zygote's (empty, read-only) scratch base
-    base = limits["workbase"]
+    base = setup["workbase"]
     if not (workdir == base or workdir.startswith(base.rstrip("/") + "/")):
         raise SetupError(f"the working folder {workdir} is not under {base}")
     if not base.startswith("/tmp/") and base != "/tmp":  # a place for the mount point
-        _mount("tmpfs", base, "tmpfs", flags, f"size=1m,mode=755,{owner}")
-    os.makedirs(workdir, exist_ok=True)
-    _mount("tmpfs", workdir, "tmpfs", flags, f"size={limits['work_mb']}m,mode=755,{owner}")
+        _mount("tmpfs", base, "tmpfs", mount_flags, f"size=1m,mode=755,{owner}")
+    for path, mb in policy["tmpfs"]:  # the rest of the policy's tmpfs folders, each with its size
+        if path == "/tmp":
+            continue
+        os.makedirs(path, exist_ok=True)
+        mode = "1777" if path == "/dev/shm" else "755"
+        _mount("tmpfs", path, "tmpfs", mount_flags | (MS_NOEXEC if path == "/dev/shm" else 0),
+               f"size={mb}m,mode={mode},{owner}")
     if request.get("copy_name"):
         name = os.path.basename(request["copy_name"])
         with open(os.path.join(workdir, name), "wb") as f:
@@ -171,9 +179,10 @@ def build_sandbox(limits: dict, request: dict, copy: bytes) -> None:
         info["ip"] = os.path.join(CONN_INSIDE, os.path.basename(str(info.get("ip", "k"))))
     with open(os.path.join(CONN_INSIDE, "inside.json"), "w") as f:
         json.dump(info, f)
+    return policy
 
 
-def become_kernel(limits: dict, request: dict, ready_fd: int) -> None:
+def become_kernel(setup: dict, policy: dict, request: dict, ready_fd: int) -> None:
     """PID 1 of the new PID namespace: its own /proc, limits, environment, no capability;
     then ipykernel.  Writes b"1" to ``ready_fd`` just before ipykernel starts, or b"E" and
     the reason when the sandbox could not be finished.  Never returns."""
@@ -187,27 +196,28 @@ def become_kernel(limits: dict, request: dict, ready_fd: int) -> None:
                 _mount(path, path, None, MS_BIND | MS_REC)
                 _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | proc_flags)
         os.setsid()
-        memory = limits["memory_mb"] << 20
+        memory = policy["memory_mb"] << 20
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        file_limit = limits["file_mb"] << 20
+        file_limit = policy["file_mb"] << 20
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.closerange(3, ready_fd)
         os.closerange(ready_fd + 1, 65536)
-        missing = [p for p in limits.get("readable", []) if not os.path.isdir(p)]
+        missing = [p for p in policy["readonly"] if not os.path.isdir(p)]
         if missing:
             raise SetupError(f"not visible in the sandbox: {missing[0]}")
-        os.chdir(request["workdir"])
-        sys.path[0] = request["workdir"]  # as ``python -m ipykernel_launcher`` started there would have it
-        env = {str(k): str(v) for k, v in request["env"].items()}
+        os.chdir(policy["workdir"])
+        sys.path[0] = policy["workdir"]  # as ``python -m ipykernel_launcher`` started there would have it
+        env = {str(k): str(v) for k, v in policy["env"].items()}
         os.environ.clear()
         os.environ.update(env)
         drop_capabilities()
         confine = _confine_module()
         try:  # as in a bubblewrap sandbox: without Landlock the kernel still runs, and says so
-            confine.apply(confine.rules(CONN_INSIDE, ["/tmp", "/dev/shm", request["workdir"]]))
+            confine.apply({"writable": [path for path, _ in policy["tmpfs"]], "sockets": [CONN_INSIDE],
+                           "write_existing": list(policy["write_existing"])})
         except OSError as exc:
             print(f"course sandbox: no Landlock ({exc}); the connection folder is not write-protected",
                   file=sys.stderr, flush=True)
@@ -237,21 +247,21 @@ def become_kernel(limits: dict, request: dict, ready_fd: int) -> None:
     os._exit(code)
 
 
-def serve_child(conn: socket.socket, limits: dict) -> None:
+def serve_child(conn: socket.socket, setup: dict) -> None:
     """The forked child (outside the kernel's PID namespace, inside its other namespaces):
     read the request, build the sandbox, fork the kernel, then relay its exit, or kill it
     when the launcher goes away.  Never returns."""
     try:
         request = json.loads(_recv_blob(conn))
         copy = _recv_blob(conn)
-        build_sandbox(limits, request, copy)
+        policy = build_sandbox(setup, request, copy)
         del copy
         ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(ready_r)
             conn.close()
-            become_kernel(limits, request, ready_w)
+            become_kernel(setup, policy, request, ready_w)
         os.close(ready_w)
         with os.fdopen(ready_r, "rb") as ready:
             answer = ready.read(501)  # b"1" then the end of the pipe, or b"E<why>"
@@ -281,10 +291,10 @@ def serve_child(conn: socket.socket, limits: dict) -> None:
 
 
 # --- the zygote -------------------------------------------------------------------------------
-def serve(sock_path: str, limits: dict, preload: list[str]) -> None:
+def serve(sock_path: str, setup: dict, preload: list[str]) -> None:
     """Listen first (a launcher may connect while the imports run), import, then fork one
     child per connection.  Single-threaded, so forking is safe."""
-    limits = dict(limits, own=os.path.dirname(os.path.abspath(sock_path)))
+    setup = dict(setup, own=os.path.dirname(os.path.abspath(sock_path)))
     _confine_module()  # before any child changes sys.path
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
@@ -309,7 +319,7 @@ def serve(sock_path: str, limits: dict, preload: list[str]) -> None:
         pid = os.fork()
         if pid == 0:
             server.close()
-            serve_child(conn, limits)
+            serve_child(conn, setup)
         conn.close()
 
 
@@ -318,10 +328,10 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m autograder.isolation.zygote")
     parser.add_argument("socket")
-    parser.add_argument("--limits", required=True, help="JSON: memory_mb, file_mb, tmp_mb, work_mb, workbase")
+    parser.add_argument("--setup", required=True, help="JSON: workbase, readable, rebind (sandbox.main)")
     parser.add_argument("--preload", action="append", default=[])
     args = parser.parse_args(argv)
-    serve(args.socket, json.loads(args.limits), args.preload)
+    serve(args.socket, json.loads(args.setup), args.preload)
 
 
 # --- the launcher's side ----------------------------------------------------------------------

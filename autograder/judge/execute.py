@@ -25,8 +25,11 @@ from traitlets import Bool, Dict, Integer, List, Unicode
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from autograder.course.model import Grading
+
 from .kernel import KernelSession
 from .runner import context_sources, is_test_cell, run_and_judge
+from .status import record_status
 from autograder.isolation.scratch import process_folder, remove_tree
 
 # The kernel launched for the next submission, (KernelSession, scratch folder).  Module
@@ -52,18 +55,20 @@ class JudgedExecute(NbGraderPreprocessor):
     """Execute the student's cells in the sandboxed kernel; judge test cells here."""
 
     enabled = Bool(True)
-    timeout = Integer(300, help="seconds per cell (and per request a test makes)").tag(config=True)
-    notebook_timeout = Integer(1800, help="seconds for the whole notebook").tag(config=True)
+    timeout = Integer(Grading().cell_timeout, help="seconds per cell (and per request a test makes)")
+    notebook_timeout = Integer(Grading().notebook_timeout, help="seconds for the whole notebook")
     kernel_name = Unicode("course-sandbox").tag(config=True)
     extra_arguments = List(["--HistoryManager.hist_file=:memory:"]).tag(config=True)
-    ipc = Bool(True, help="talk to the kernel over IPC sockets (no network in the sandbox)").tag(config=True)
-    device = Unicode("cpu", help="the device the kernels compute on (cuda when they get the GPU)").tag(config=True)
-    judge_context = Dict({}, help="assignment -> grade ids of the cells that make the judge's "
-                                  "namespace (imports, given helpers)").tag(config=True)
-    max_restarts = Integer(4).tag(config=True)
-    scratch_dir = Unicode("", help="host folder for per-submission scratch (connection files)").tag(config=True)
-    status_dir = Unicode("", help="where to write a JSON note per submission").tag(config=True)
-    kernel_env = Dict({}, help="extra environment variables for the kernels").tag(config=True)
+    ipc = Bool(True, help="talk to the kernel over IPC sockets (no network in the sandbox)")
+    device = Unicode("cpu", help="the device the kernels compute on (cuda when they get the GPU)")
+    context = List([], help="grade ids of the released cells whose code makes the judge's namespace "
+                            "(imports, given helpers)")
+    job = Unicode("", help="the grading worker's job.json (autograder.judge.worker.Job): when given, every "
+                           "setting of the judge comes from the run's GradingSettings in it").tag(config=True)
+    max_restarts = Integer(4)
+    scratch_dir = Unicode("", help="host folder for per-submission scratch (connection files)")
+    status_dir = Unicode("", help="where to write a JSON note per submission")
+    kernel_env = Dict({}, help="extra environment variables for the kernels")
     preload = List(["torch"], help="modules every kernel imports when it starts, before any "
                                    "student code (the setup cell would import them first anyway)").tag(config=True)
     prestart = Bool(True, help="launch the next submission's kernel (a fresh process in a fresh "
@@ -153,7 +158,7 @@ class JudgedExecute(NbGraderPreprocessor):
         other runs too)."""
         from jupyter_client.kernelspec import KernelSpecManager
 
-        from autograder.isolation.sandbox import kernel_env
+        from autograder.isolation.policy import kernel_env
 
         try:
             argv = KernelSpecManager().get_kernel_spec(self.kernel_name).argv
@@ -175,9 +180,31 @@ class JudgedExecute(NbGraderPreprocessor):
         remove_tree(scratch)
         return None
 
+    def _configure(self, assignment: str) -> None:
+        """Take every setting from the run's settings in the job file (one serialised object);
+        a plain ``nbgrader autograde``, with no job, takes the course's settings for the assignment."""
+        from autograder.course.settings import GradingSettings
+
+        if not self.job:
+            from autograder.course.model import load
+            from autograder.isolation.sandbox import bwrap_works
+
+            s = GradingSettings.for_assignment(load().assignment(assignment), bwrap=bwrap_works())
+            self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
+            self.kernel_env, self.context = dict(s.env), list(s.judge_context)
+            return
+        from .worker import Job
+
+        job = Job.load(Path(self.job))
+        s = job.settings
+        self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
+        self.ipc, self.device, self.kernel_env, self.context = s.bwrap, s.device, dict(s.env), list(s.judge_context)
+        self.scratch_dir, self.status_dir = str(job.folder / "tmp"), str(job.folder / "status")
+
     def preprocess(self, nb, resources):
         nbg = resources.get("nbgrader", {})
         assignment, student = nbg.get("assignment", "?"), nbg.get("student", "?")
+        self._configure(assignment)
         base = Path(self.scratch_dir or process_folder() / "kernels")
         base.mkdir(parents=True, exist_ok=True)
         spare = self._take_spare(base)
@@ -198,7 +225,7 @@ class JudgedExecute(NbGraderPreprocessor):
                 self._launch_spare(base)
             started = time.monotonic()
             try:
-                notes += run_and_judge(nb, session, self._context_sources(nb, assignment), self.device,
+                notes += run_and_judge(nb, session, context_sources(nb, self.context), self.device,
                                        self.timeout, self.notebook_timeout, self.max_restarts, timings)
             finally:
                 session.stop()
@@ -210,30 +237,6 @@ class JudgedExecute(NbGraderPreprocessor):
             remove_tree(scratch)  # never follows links the kernel made
             record_status(self.status_dir, student, fresh=True, **record)
         return nb, resources
-
-    def _context_sources(self, nb, assignment: str) -> list[str]:
-        return context_sources(nb, self.judge_context.get(assignment, []))
-
-
-def record_status(status_dir: str | Path, student: str, fresh: bool = False, **fields) -> None:
-    """Add ``fields`` to the grader's note on ``student`` (``<status_dir>/<student>.json``),
-    or start a new note (``fresh``).  Written only by the grader, never by a kernel."""
-    if not status_dir:
-        return
-    path = Path(status_dir) / f"{student}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {}
-    if not fresh:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {}
-    data = data if isinstance(data, dict) else {}
-    data.update(fields)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)  # a reader never sees half a note
-
 
 def _stop_zygote() -> None:
     """Kill the zygote (its sandbox, with any kernel still forked from it) and remove its folder."""

@@ -7,7 +7,7 @@ from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import Preprocessor
-from traitlets import Bool
+from traitlets import Bool, Unicode
 
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
 END_HIDDEN = "### END HIDDEN TESTS"
@@ -116,6 +116,7 @@ class FeedbackExporter(HTMLExporter):
     of the time a feedback page takes.  The alt text is added with a regular expression."""
 
     sanitize_html = Bool(True)
+    provenance = Unicode("", help="how the page was graded, shown at its end (the run's settings)").tag(config=True)
 
     @property
     def default_config(self):
@@ -140,6 +141,7 @@ class FeedbackExporter(HTMLExporter):
         self.register_filter("highlight_code", self.filters.get(
             "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
         resources = self._init_resources(resources)
+        resources["course_provenance"] = self.provenance
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(
             notebook_metadata=self._nb_metadata, parent=self, resources=resources))
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)

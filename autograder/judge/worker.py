@@ -1,21 +1,37 @@
-"""One grading worker: ``nbgrader autograde`` and then ``nbgrader generate_feedback``
-for the students of one worker folder, in one Python process.
+"""One grading process: nbgrader's autograde and then its feedback, for the students of one
+worker folder (a ``Job``), in one Python process.
 
-    python -m autograder.judge.worker <autograde arguments> --then <generate_feedback arguments>
+    python -m autograder.judge.worker FOLDER/job.json
 
-(the arguments of each step as on nbgrader's command line after the step's name).
+A backend (``autograder.backends``) prepares the folder (``Job.prepare``: a gradebook holding
+the release, the submitted notebooks, the course's kernelspec) and runs the job, in a process
+of its own (local workers) or in the process of a Dask worker.  Everything the job needs comes
+with it, in ``job.json``: the run's ``GradingSettings``, serialised whole; nothing is read from
+course.yml, the command line or the environment of the process that starts it.  Two
+``python -m nbgrader`` commands would pay nbgrader's start-up (imports and configuration, a few
+seconds) twice per worker.
 
-Run by ``grade`` once per worker.  Two ``python -m nbgrader`` commands would pay
-nbgrader's start-up (imports and configuration, a few seconds) twice per worker.
-The exit status is the first non-zero status of the two steps; feedback is
-generated even when autograding failed for some students.
+Per student the job leaves one record (``Outcome``): graded or not, with the judge's notes, the
+cause when not, and where its gradebook rows, graded notebook and feedback page are.  A student
+counts as graded only when the grader recorded that its notebooks were judged, scored, written
+and given their feedback page (``record_outcomes``): rows nbgrader creates up front prove
+nothing, since a worker killed half way leaves them behind.
 """
 from __future__ import annotations
 
+import json
+import os
 import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder import ROOT
+from autograder.course.paths import GradingPaths, nbgrader_env
+from autograder.course.settings import GradingSettings, environ
 
 # (importing the package, autograder/__init__.py, keeps jsonschema from building its IRI
 # grammar: 1.5 s of CPU per worker process)
+JOB_FILE = "job.json"
 
 
 def validate_metadata_once() -> None:
@@ -49,10 +65,10 @@ def record_outcomes() -> None:
     reason nbgrader refused or failed a submission (its own message, not a later step's), and
     ``complete`` once every notebook of that student was judged, scored and written.  Rows
     nbgrader creates up front prove nothing: a worker killed half way leaves them behind."""
-    from nbgrader.apps import autogradeapp
-    from nbgrader.converters import Autograde
+    from nbgrader.apps import autogradeapp, generatefeedbackapp
+    from nbgrader.converters import Autograde, GenerateFeedback
 
-    from .execute import record_status
+    from .status import record_status
 
     class RecordedAutograde(Autograde):
         def _status_dir(self) -> str:
@@ -75,7 +91,7 @@ def record_outcomes() -> None:
 
         def set_permissions(self, assignment_id, student_id):
             super().set_permissions(assignment_id, student_id)
-            record_status(self._status_dir(), student_id, complete=True)  # every notebook written
+            record_status(self._status_dir(), student_id, judged=True)  # every notebook written
 
         def _record_failure(self, exc: BaseException) -> None:
             student = getattr(self, "_course_student", None)
@@ -84,29 +100,167 @@ def record_outcomes() -> None:
                 record_status(self._status_dir(), student,
                               refused=f"nbgrader refused the notebook ({type(exc).__name__}: {text})"[:500])
 
+    class RecordedFeedback(GenerateFeedback):
+        def set_permissions(self, assignment_id, student_id):
+            super().set_permissions(assignment_id, student_id)
+            status_dir = str(self.config.get("JudgedExecute", {}).get("status_dir", "") or "")
+            record_status(status_dir, student_id, complete=True)  # and its feedback page
+
     autogradeapp.Autograde = RecordedAutograde
+    generatefeedbackapp.GenerateFeedback = RecordedFeedback
+
+
+@dataclass
+class Outcome:
+    """What one job learned about one submission: the record a backend hands on."""
+
+    student_id: str
+    graded: bool
+    notes: list[str] = field(default_factory=list)
+    cause: str = ""
+    timings: dict = field(default_factory=dict)   # seconds: kernel_start, cells, tests, total
+    gradebook: Path | None = None     # the job's gradebook, holding this student's rows
+    autograded: Path | None = None    # the graded notebook
+    feedback: Path | None = None      # the feedback page
+
+
+@dataclass
+class Job:
+    """One worker folder and what its process is to do (``job.json`` in the folder)."""
+
+    folder: Path
+    assignment: str
+    nb_name: str
+    students: list[str]
+    settings: GradingSettings
+    threads: int = 1
+    course: Path = ROOT
+
+    @classmethod
+    def prepare(cls, folder: Path, assignment: str, nb_name: str, notebooks: dict[str, str], gradebook: Path,
+                settings: GradingSettings, threads: int = 1, course: Path = ROOT) -> "Job":
+        """Make the worker folder: a copy of ``gradebook`` (the release), each notebook (student
+        id -> notebook JSON) where nbgrader looks for it, the course's kernelspec, ``job.json``."""
+        import shutil
+
+        from autograder.isolation import sandbox
+        from autograder.isolation.scratch import remove_tree
+
+        folder = Path(folder)
+        remove_tree(folder)
+        (folder / "tmp").mkdir(parents=True)
+        shutil.copy(gradebook, folder / "gradebook.db")
+        for sid, text in notebooks.items():
+            target = folder / "submitted" / sid / assignment
+            target.mkdir(parents=True)
+            (target / nb_name).write_text(text)
+        sandbox.install_kernelspec(folder / "jupyter", settings, threads=threads)
+        job = cls(folder, assignment, nb_name, sorted(notebooks), settings, threads, Path(course))
+        (folder / JOB_FILE).write_text(json.dumps({
+            "assignment": assignment, "nb_name": nb_name, "students": job.students, "threads": threads,
+            "course": str(course), "settings": json.loads(settings.to_json())}))
+        return job
+
+    @classmethod
+    def load(cls, path: Path) -> "Job":
+        data = json.loads(Path(path).read_text())
+        return cls(Path(path).parent, data["assignment"], data["nb_name"], list(data["students"]),
+                   GradingSettings.from_json(json.dumps(data["settings"])), int(data["threads"]),
+                   Path(data["course"]))
+
+    # what the process is given ---------------------------------------------------------
+    def env(self) -> dict:
+        """The grading process's environment: the job's kernelspec and scratch folder, the
+        threads it may use, and the assignment's grading environment (for the judge too)."""
+        from coursekit.models import course_cache_dir
+
+        from autograder.isolation.scratch import ENV, process_folder
+
+        env = nbgrader_env()
+        env["JUPYTER_PATH"] = str(self.folder / "jupyter") + os.pathsep + env.get("JUPYTER_PATH", "")
+        env["TMPDIR"] = str(self.folder / "tmp")
+        env["OMP_NUM_THREADS"] = str(self.threads)
+        env["PYTHONHASHSEED"] = "0"
+        env.update(self.settings.env)
+        # kernels read the instructor's model cache (read-only in the sandbox), filled beforehand
+        env["COURSE_CACHE_DIR"] = str(course_cache_dir())
+        env[ENV] = str(process_folder())  # the run's folder for sockets: removed when the run ends
+        return env
+
+    def nbgrader_args(self) -> list[str]:
+        """nbgrader's command line for this job: its own gradebook and folders, and the job file,
+        from which ``JudgedExecute`` takes every setting of the judge."""
+        return [self.assignment, "--force", *GradingPaths(self.folder, self.course).nbgrader_flags(
+            f"sqlite:///{self.folder / 'gradebook.db'}", steps=self.folder),
+            f"--JudgedExecute.job={self.folder / JOB_FILE}", f"--FeedbackExporter.provenance={self.settings.provenance}"]
+
+    # running ---------------------------------------------------------------------------
+    def run_here(self) -> int:
+        """nbgrader's autograde, then its feedback, in this process (environment: ``env()``)."""
+        validate_metadata_once()
+        record_outcomes()
+        from nbgrader.apps.autogradeapp import AutogradeApp
+        from nbgrader.apps.generatefeedbackapp import GenerateFeedbackApp
+
+        status = 0
+        previous = os.getcwd()
+        os.chdir(self.course)  # nbgrader reads the course's nbgrader_config.py from here
+        try:
+            for app_class in (AutogradeApp, GenerateFeedbackApp):
+                app = app_class()
+                try:
+                    app.initialize(self.nbgrader_args())
+                    app.start()
+                except SystemExit as exc:  # nbgrader exits 1 when any notebook failed
+                    code = exc.code if isinstance(exc.code, int) else 1
+                    status = status or code
+        finally:
+            os.chdir(previous)
+        return status
+
+    # what it left ----------------------------------------------------------------------
+    def status(self, sid: str) -> dict:
+        """The note the grader left for a student (written by the grader, never the kernel)."""
+        from .status import read_status
+
+        return read_status(self.folder / "status", sid)
+
+    def outcome(self, sid: str, log: str = "", timed_out: bool = False) -> Outcome:
+        """The record of one submission after the job ran (``log``: what its process printed)."""
+        st = self.status(sid)
+        autograded = self.folder / "autograded" / sid / self.assignment / self.nb_name
+        feedback = self.folder / "feedback" / sid / self.assignment / self.nb_name.replace(".ipynb", ".html")
+        graded = bool(st.get("complete")) and autograded.exists() and feedback.exists()
+        out = Outcome(sid, graded, list(st.get("notes", [])), timings=dict(st.get("timings", {})))
+        if graded:
+            out.gradebook, out.autograded, out.feedback = self.folder / "gradebook.db", autograded, feedback
+        else:
+            out.cause = self._cause(st, log, timed_out)
+        return out
+
+    def _cause(self, st: dict, log: str, timed_out: bool) -> str:
+        """Why a submission was not graded: the grader's own note (the judge's error, or
+        nbgrader's reason for refusing the notebook) before anything read from the log."""
+        if st.get("error"):
+            return "grading failed: " + str(st["error"])[:300]
+        if st.get("refused"):
+            return "not graded: " + str(st["refused"])[:300]
+        if timed_out:
+            return f"the notebook ran longer than {self.settings.notebook_timeout:g} s and was stopped"
+        lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+        for ln in reversed(lines):  # the exception line of the last traceback
+            if ln.split(":")[0].endswith(("Error", "Exception")) and " " not in ln.split(":")[0]:
+                return "autograde failed: " + ln[:200]
+        return "autograde failed: " + (lines[-1][:200] if lines else "the grading process stopped")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--then" not in argv:
-        raise SystemExit("usage: python -m autograder.judge.worker <autograde args> --then <generate_feedback args>")
-    cut = argv.index("--then")
-    validate_metadata_once()
-    record_outcomes()
-    from nbgrader.apps.autogradeapp import AutogradeApp
-    from nbgrader.apps.generatefeedbackapp import GenerateFeedbackApp
-
-    status = 0
-    for app_class, args in ((AutogradeApp, argv[:cut]), (GenerateFeedbackApp, argv[cut + 1:])):
-        app = app_class()
-        try:
-            app.initialize(args)
-            app.start()
-        except SystemExit as exc:  # nbgrader exits 1 when any notebook failed
-            code = exc.code if isinstance(exc.code, int) else 1
-            status = status or code
-    return status
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m autograder.judge.worker FOLDER/job.json")
+    job = Job.load(Path(argv[0]))
+    with environ(job.settings.env):  # the assignment's environment, for the judge in this process
+        return job.run_here()
 
 
 if __name__ == "__main__":

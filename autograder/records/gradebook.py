@@ -9,31 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-URL_FILE = "gradebook.url"
+from autograder.course.paths import GradingPaths, sqlite_path
 
 
 def db_url(grading: Path) -> str:
-    """The database URL of the grading folder's gradebook."""
-    recorded = Path(grading) / URL_FILE
-    if recorded.exists():
-        return recorded.read_text().strip()
-    return f"sqlite:///{Path(grading) / 'gradebook.db'}"
-
-
-def use_db_url(grading: Path, url: str | None) -> str:
-    """Record ``url`` (when given) as the folder's gradebook; returns the URL in use."""
-    if url:
-        Path(grading).mkdir(parents=True, exist_ok=True)
-        (Path(grading) / URL_FILE).write_text(url.strip() + "\n")
-    return db_url(grading)
+    """The database URL of the grading folder's gradebook (``GradingPaths.gradebook_url``)."""
+    return GradingPaths(Path(grading)).gradebook_url
 
 
 def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite:")
-
-
-def sqlite_path(url: str) -> Path | None:
-    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
 
 
 def has_assignment(url: str, assignment: str) -> bool:
@@ -53,22 +38,54 @@ def has_assignment(url: str, assignment: str) -> bool:
     return True
 
 
-def forget(url: str, assignment: str, students: list[str]) -> None:
-    """Remove these students' submissions of ``assignment`` from the gradebook.
+def staging_copy(url: str, path: Path, assignment: str) -> Path:
+    """A SQLite gradebook at ``path`` holding what grading workers need of ``url``'s: the
+    assignment as released (with the same ids), so that the rows they write can go into the
+    class record as they are.  A SQLite gradebook is copied whole; another database's release
+    rows are copied table by table."""
+    import shutil
 
-    Used for submissions that could not be graded this time: a grade left from an earlier run
-    (or the partial rows of a failed run in a shared database) must not stand for the new file.
-    """
-    from nbgrader.api import Gradebook, MissingEntry
+    import sqlalchemy as sa
+    from nbgrader.api import Base, Gradebook
 
-    if not students:
-        return
-    with Gradebook(url) as gb:
-        for sid in students:
-            try:
-                gb.remove_submission(assignment, sid)
-            except MissingEntry:
-                pass
+    path = Path(path)
+    source = sqlite_path(url)
+    if source is not None:
+        shutil.copy(source, path)
+        return path
+    with Gradebook(f"sqlite:///{path}"):  # nbgrader's schema
+        pass
+    tables = Base.metadata.tables
+    src, dst = sa.create_engine(url), sa.create_engine(f"sqlite:///{path}")
+    try:
+        with src.connect() as a, dst.begin() as b:
+            assign = tables["assignment"]
+            rows = [dict(r._mapping) for r in a.execute(sa.select(assign).where(assign.c.name == assignment))]
+            aids = [r["id"] for r in rows]
+            nbs = [dict(r._mapping) for r in a.execute(sa.select(tables["notebook"]).where(
+                tables["notebook"].c.assignment_id.in_(aids)))]
+            nb_ids = [r["id"] for r in nbs]
+            cells = [dict(r._mapping) for r in a.execute(sa.select(tables["base_cell"]).where(
+                tables["base_cell"].c.notebook_id.in_(nb_ids)))]
+            cell_ids = [r["id"] for r in cells]
+            course = [dict(r._mapping) for r in a.execute(sa.select(tables["course"]))]
+            b.execute(sa.delete(tables["course"]))
+            for name, values in (("course", course), ("assignment", rows), ("notebook", nbs), ("base_cell", cells)):
+                if values:
+                    b.execute(sa.insert(tables[name]), values)
+            for name in ("grade_cells", "solution_cells", "task_cells"):
+                values = [dict(r._mapping) for r in a.execute(sa.select(tables[name]).where(
+                    tables[name].c.id.in_(cell_ids)))]
+                if values:
+                    b.execute(sa.insert(tables[name]), values)
+            src_cells = [dict(r._mapping) for r in a.execute(sa.select(tables["source_cell"]).where(
+                tables["source_cell"].c.notebook_id.in_(nb_ids)))]
+            if src_cells:
+                b.execute(sa.insert(tables["source_cell"]), src_cells)
+    finally:
+        src.dispose()
+        dst.dispose()
+    return path
 
 
 class GradebookUnreachable(RuntimeError):

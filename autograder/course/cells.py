@@ -1,0 +1,44 @@
+"""The graded cells of a released notebook: what each is worth and what it is called."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_Q_HEADING = re.compile(r"^\s*#{1,6}\s*(Q\d+[a-z]?)\b", re.M)
+_DOC = re.compile(r'^\s*"""(.*?)"""', re.S)
+
+
+@dataclass(frozen=True)
+class GradedCell:
+    """A cell of the released notebook that carries points."""
+
+    grade_id: str
+    question: str          # "Q1", ... ("" when the notebook does not say)
+    kind: str              # "auto" (a test) or "manual" (an answer a person grades)
+    points: float
+    label: str             # what a student reads: the test's one-line description, or "Q3 written answer"
+
+
+def graded_cells(released_nb) -> list[GradedCell]:
+    """The graded cells of a released notebook, in order, each with its question."""
+    out, question = [], ""
+    for cell in released_nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "markdown" and not meta.get("solution"):
+            found = _Q_HEADING.findall(cell.source)
+            if found:
+                question = found[-1].upper()
+        if not meta.get("grade"):
+            continue
+        if meta.get("solution"):
+            kind = "manual"
+            label = f"{question} written answer" if cell.cell_type == "markdown" else f"{question} code for a person to read"
+        else:
+            kind = "auto"
+            doc = _DOC.match(cell.source)
+            label = doc.group(1).strip().splitlines()[0] if doc else meta["grade_id"]
+            m = re.match(r"(Q\d+[a-z]?)\b", label)
+            if m:
+                question = m.group(1).upper()
+        out.append(GradedCell(meta["grade_id"], question or "?", kind, float(meta.get("points", 0)), label.strip()))
+    return out

@@ -1,0 +1,96 @@
+"""Every path of a grading folder, in one place (in the spirit of nbgrader's
+``CourseDirectory.format_path``).
+
+A grading folder (``grading/`` of the checkout unless ``--grading-dir`` says otherwise) holds:
+
+* the gradebook: ``gradebook.db`` (SQLite), or the database named in ``gradebook.url``;
+* nbgrader's step folders ``submitted/``, ``autograded/``, ``feedback/`` (``<step>/<student>/<assignment>/``);
+* ``release/``: the assignment as released for grading;
+* ``reports/<assignment>/``: grades.csv, canvas.csv, moodle.csv, plots and ``feedback/<student>.html``;
+* ``collected/<assignment>/``: the notebooks taken from the last LMS download, and its report;
+* ``class/roster.csv``: a copy of the class roster kept in the gradebook;
+* ``history/<run>/``: what each run replaced (graded notebooks and feedback pages), for ``undo``;
+* ``runs/<run>/``: a run's private folder while it works; nothing in it is part of the record.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder import GRADING_DIR, ROOT
+
+URL_FILE = "gradebook.url"
+STEPS = ("submitted", "autograded", "feedback")
+
+
+def sqlite_path(url: str) -> Path | None:
+    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+
+
+@dataclass(frozen=True)
+class GradingPaths:
+    root: Path                 # the grading folder
+    course: Path = ROOT        # the course checkout (nbgrader's course directory)
+
+    @classmethod
+    def at(cls, grading_dir: str | Path | None = None, course: Path = ROOT) -> "GradingPaths":
+        return cls(Path(grading_dir or Path(course) / GRADING_DIR).resolve(), Path(course))
+
+    # the gradebook --------------------------------------------------------------------
+    @property
+    def gradebook_url(self) -> str:
+        """The database of this folder's gradebook: the URL ``grade --db-url`` recorded, else SQLite."""
+        recorded = self.root / URL_FILE
+        if recorded.exists():
+            return recorded.read_text().strip()
+        return f"sqlite:///{self.root / 'gradebook.db'}"
+
+    def record_url(self, url: str | None) -> str:
+        """Record ``url`` (when given) as this folder's gradebook; returns the URL in use."""
+        if url:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / URL_FILE).write_text(url.strip() + "\n")
+        return self.gradebook_url
+
+    # folders --------------------------------------------------------------------------
+    def step(self, step: str, student: str = "", assignment: str = "") -> Path:
+        """nbgrader's folder of ``step`` (submitted, autograded, feedback) for a student's assignment."""
+        return self.root / step / student / assignment if student else self.root / step
+
+    @property
+    def release(self) -> Path:
+        return self.root / "release"
+
+    def reports(self, assignment: str) -> Path:
+        return self.root / "reports" / assignment
+
+    def collected(self, assignment: str) -> Path:
+        return self.root / "collected" / assignment
+
+    @property
+    def roster_copy(self) -> Path:
+        return self.root / "class" / "roster.csv"
+
+    def archive(self, run_id: str) -> Path:
+        return self.root / "history" / run_id
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    def nbgrader_flags(self, gradebook_url: str | None = None, steps: Path | None = None) -> list[str]:
+        """nbgrader's command-line settings for this folder's gradebook and step folders (or for a
+        worker's own: ``steps`` is then its folder, and ``gradebook_url`` its gradebook)."""
+        steps = Path(steps) if steps is not None else self.root
+        return [f"--CourseDirectory.db_url={gradebook_url or self.gradebook_url}",
+                *[f"--CourseDirectory.{step}_directory={steps / step}" for step in STEPS]]
+
+
+def nbgrader_env(env: dict | None = None) -> dict:
+    """The environment with this Python's bin folder first on PATH: nbgrader runs ``alembic``
+    from there even when the virtual environment is not activated."""
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
