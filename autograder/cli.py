@@ -68,8 +68,9 @@ def _has_files(source: Path) -> bool:
 
 
 def _cmd_grade(args) -> int:
-    from autograder.pipeline.run import GradingError, grade
     from autograder.authoring.release import ReleaseError
+    from autograder.course.errors import GradingError
+    from autograder.pipeline.run import grade
 
     _known([args.assignment])
     source = Path(args.submissions)
@@ -82,13 +83,19 @@ def _cmd_grade(args) -> int:
         report = grade(args.assignment, source, out_dir=args.out, grading_dir=args.grading_dir,
                        cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                        workers=args.workers, use_sandbox=args.sandbox, memory_mb=args.memory_mb,
-                       roster=args.roster, cluster=args.cluster, db_url=args.db_url)
+                       roster=args.roster, cluster=args.cluster, db_url=args.db_url,
+                       add_students=args.add_students)
     except (ReleaseError, GradingError) as exc:
         raise CliError(str(exc)) from None
+    except KeyboardInterrupt:
+        print("\nstopped: nothing of this run reached the class record", file=sys.stderr)
+        return 130
     print(report.table())
     print(f"\ngrades for the class: {report.csv_path} (and canvas.csv, moodle.csv, histogram.png, pass_rates.png)"
           f"\nfeedback: {report.feedback_dir}\ngraded notebooks: {_grading_dir(args) / 'autograded'}/<student>/"
-          f"{args.assignment}/\ntime: {report.seconds:.0f} s")
+          f"{args.assignment}/\ntime: {report.seconds:.0f} s"
+          + (f"\nthis run in the history: {report.run_id[:8]} (python -m autograder history {args.assignment})"
+             if report.run_id else ""))
     graded = [r for r in report.results if r.status == "graded"]
     if any(r.pending for r in graded):
         print(f"\nwritten answers wait for a grader: python -m autograder handgrade {args.assignment}")
@@ -117,8 +124,8 @@ def _reachable_gradebook(grading: Path) -> str:
 
 def _cmd_export(args) -> int:
     from autograder.course.model import load
+    from autograder.pipeline.stages import prepare_release
     from autograder.records.export import export
-    from autograder.pipeline.run import prepare_release
 
     _known([args.assignment])
     from autograder.records.gradebook import has_assignment
@@ -137,6 +144,96 @@ def _cmd_export(args) -> int:
           f"{len(result.rows) - len(graded)} without a graded submission")
     print(f"written: {', '.join(str(p) for p in result.paths.values())}"
           + ("" if args.no_feedback else f", {out / 'feedback'}/<student>.html"))
+    return 0
+
+
+def _recorded(args) -> str:
+    """The gradebook of the grading folder, which must know the assignment (else one line)."""
+    from autograder.records.gradebook import has_assignment
+
+    _known([args.assignment])
+    url = _reachable_gradebook(_grading_dir(args).resolve())
+    if not has_assignment(url, args.assignment):
+        raise CliError(f"nothing graded yet: {args.assignment} is not in the gradebook of {_grading_dir(args)}")
+    return url
+
+
+def _cmd_history(args) -> int:
+    from autograder.records.classrecord import history
+
+    runs = history(_recorded(args), args.assignment)
+    if not runs:
+        print(f"{args.assignment}: no run recorded yet")
+        return 0
+    for r in runs:
+        state = f"  (undone by {r.data['undone_by'][:8]})" if r.data.get("undone_by") else ""
+        what = {"grade": f"graded {len(r.data.get('files', []))} files from {r.data.get('source', '?')}",
+                "undo": "undid run(s) " + ", ".join(str(n) for n in r.data.get("undid_seq", [])),
+                "remove": f"removed {', '.join(r.data.get('removed', []))}"}.get(r.kind, r.kind)
+        print(f"{r.seq:>3}  {r.id[:8]}  {r.at}  {what}{state}")
+        settings = r.data.get("settings")
+        if settings:
+            print("      settings: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items()) if v not in (None, {}, "")))
+        changes = r.changes
+        if changes:
+            print(f"      {len(changes)} grade{'s' if len(changes) != 1 else ''} changed: "
+                  + ", ".join(str(c) for c in changes[:30]) + (", ..." if len(changes) > 30 else ""))
+    return 0
+
+
+def _rebuild(args):
+    """Every export of the assignment again, from the class record (feedback pages included)."""
+    from autograder.course.model import load
+    from autograder.pipeline.stages import prepare_release
+    from autograder.records.export import export
+
+    grading = _grading_dir(args).resolve()
+    spec = load(ROOT).assignment(args.assignment)
+    rel = prepare_release(args.assignment, grading, ROOT)
+    return export(args.assignment, grading, grading / "reports" / args.assignment, rel.nb, spec.lms_column,
+                  spec.canvas_id)
+
+
+def _cmd_undo(args) -> int:
+    from autograder.records.classrecord import RecordError
+    from autograder.records.files import restore_files
+    from autograder.records.classrecord import undo
+
+    url = _recorded(args)
+    try:
+        entry, undone, changes = undo(url, args.assignment, args.run)
+    except RecordError as exc:
+        raise CliError(str(exc)) from None
+    restore_files(_grading_dir(args).resolve(), args.assignment, entry.id, [r.id for r in undone])
+    _rebuild(args)
+    print(f"undid run(s) {', '.join(str(r.seq) for r in undone)} of {args.assignment}: the class record is as it was "
+          f"before run {min(r.seq for r in undone)}; exports rebuilt")
+    if changes:
+        print(f"{len(changes)} grade{'s' if len(changes) != 1 else ''} changed: " + ", ".join(str(c) for c in changes))
+    return 0
+
+
+def _cmd_remove(args) -> int:
+    from autograder.records.classrecord import Commit, commit, read_roster
+    from autograder.records.files import archive_student
+
+    url = _recorded(args)
+    roster = read_roster(url)
+    change = Commit(args.assignment, kind="remove", data={"removed": list(args.students)})
+    for sid in args.students:
+        if args.from_roster and sid not in roster:
+            raise CliError(f"{sid} is not on the class roster")
+        change.submissions[sid] = None
+        change.intake[sid] = None
+    if args.from_roster:
+        change.roster = {k: v for k, v in roster.items() if k not in args.students}
+    run_id, changes = commit(url, change)
+    for sid in args.students:
+        archive_student(_grading_dir(args).resolve(), args.assignment, sid, run_id)
+    _rebuild(args)
+    what = "students (from the roster and their submissions)" if args.from_roster else "submissions"
+    print(f"removed the {what} of {', '.join(args.students)} from {args.assignment} (run {run_id[:8]}; "
+          f"python -m autograder undo {args.assignment} takes it back); exports rebuilt")
     return 0
 
 
@@ -227,7 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("submissions", help="folder with one .ipynb per student (the student id is the file "
                                        "name), or a Canvas/Moodle zip (then see --roster)")
     p.add_argument("--roster", type=Path, default=None,
-                   help="CSV of the class (student_id, lms_id, ...): every student on it gets a row")
+                   help="CSV of the class (student_id, lms_id, ...): every student on it gets a row; kept for "
+                        "later runs (default: the roster given before)")
+    p.add_argument("--add-students", action="store_true",
+                   help="add students who are not on the roster (by default their files are reported, not graded)")
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
     p.add_argument("--workers", type=int, default=None, help="parallel graders (default: one per CPU core)")
@@ -263,6 +363,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback pages")
     p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("history", formatter_class=_Help,
+                       help="every run of an assignment: when, which files, which settings, which grades changed",
+                       epilog="example: python -m autograder history attention")
+    p.add_argument("assignment")
+    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    p.set_defaults(func=_cmd_history)
+
+    p = sub.add_parser("undo", formatter_class=_Help,
+                       help="restore the class record to before a run (default: the last) and rebuild the exports",
+                       epilog="examples:\n  python -m autograder undo attention       # the last run\n"
+                              "  python -m autograder undo attention 3     # run 3 of the history, and every later one")
+    p.add_argument("assignment")
+    p.add_argument("run", nargs="?", default=None, help="a run's number or id, as history lists it")
+    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    p.set_defaults(func=_cmd_undo)
+
+    p = sub.add_parser("remove", formatter_class=_Help,
+                       help="remove students' submissions (or, with --from-roster, the students) from an assignment",
+                       epilog="example: python -m autograder remove attention s7   (undo takes it back)")
+    p.add_argument("assignment")
+    p.add_argument("students", nargs="+", help="student ids")
+    p.add_argument("--from-roster", action="store_true", help="remove the students from the class roster too")
+    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    p.set_defaults(func=_cmd_remove)
 
     p = sub.add_parser("publish", formatter_class=_Help,
                        help="write the student course (book, exercises, coursekit, data; no solutions) into DEST",

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import RELEASE_DIR, ROOT, assignments
+from autograder.course.paths import GradingPaths, nbgrader_env
 
 CHECKS_DIR = ROOT / "coursekit" / "checks"
 _DOC_RE = re.compile(r'^\s*"""(.*?)"""', re.S)
@@ -197,26 +197,13 @@ def checks_spec(nb, assignment: str, notebook: str) -> dict:
 def nbgrader(args: list[str], root: Path = ROOT, grading_dir: Path | None = None,
              timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
     """Run one nbgrader command in the course directory, with optional overrides."""
-    from autograder.records.gradebook import db_url
-
     cmd = [sys.executable, "-m", "nbgrader", *args]
     if grading_dir is not None:
-        g = Path(grading_dir)
-        g.mkdir(parents=True, exist_ok=True)  # sqlite cannot create the folder
-        cmd += [f"--CourseDirectory.db_url={db_url(g)}",
-                f"--CourseDirectory.submitted_directory={g / 'submitted'}",
-                f"--CourseDirectory.autograded_directory={g / 'autograded'}",
-                f"--CourseDirectory.feedback_directory={g / 'feedback'}"]
-    kw.setdefault("env", tool_env())
+        paths = GradingPaths(Path(grading_dir), root)
+        paths.root.mkdir(parents=True, exist_ok=True)  # sqlite cannot create the folder
+        cmd += paths.nbgrader_flags()
+    kw.setdefault("env", nbgrader_env())
     return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def tool_env(env: dict | None = None) -> dict:
-    """The environment with this Python's bin folder first on PATH: nbgrader runs
-    ``alembic`` from there even when the virtual environment is not activated."""
-    env = dict(os.environ if env is None else env)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return env
 
 
 def release(names: list[str] | None = None, out_dir: Path | None = None,

@@ -33,12 +33,11 @@ Kubernetes, the ``dask-kubernetes`` operator's ``DaskCluster`` (see docs/GRADING
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -57,10 +56,8 @@ class TaskSpec:
     students: list[str]
     notebooks: list[str]     # the repaired submissions, as notebook JSON, in the order of students
     nb_name: str
-    release_db: bytes | None  # the course gradebook with the release (SQLite mode)
-    shared_url: str | None    # a shared gradebook the worker writes to (PostgreSQL mode)
-    settings: dict
-    models: list = field(default_factory=list)
+    release_db: bytes         # a SQLite gradebook holding the release
+    settings: str             # the run's GradingSettings, serialised (to_json)
 
 
 @dataclass
@@ -78,7 +75,7 @@ class TaskResult:
 @dataclass
 class BatchResult:
     results: list[TaskResult]
-    gradebook: bytes | None = None  # the batch's SQLite gradebook (None with a shared database)
+    gradebook: bytes | None = None  # the batch's SQLite gradebook, with the graded students' rows
 
 
 def grading_dask_config() -> dict:
@@ -130,7 +127,7 @@ def _scratch_base() -> Path:
 def prepare_models(models: list, env: dict) -> str:
     """Build the assignment's offline models into this worker's cache (a no-op when they are
     there).  Returns the cache folder."""
-    from autograder.pipeline.run import warm_models
+    from autograder.course.models import warm_models
     from coursekit.models import course_cache_dir
 
     with _LOCK:
@@ -158,7 +155,8 @@ def check_workers(settings: GradingSettings, models: list):
     prepares the models and probes its own sandbox (the instructor's machine, a login node
     maybe, needs neither bubblewrap nor the models).  Returns (SandboxInfo, warnings); a
     worker that cannot get ready stops the run with one line naming it, before any grading."""
-    from autograder.pipeline.run import UNSANDBOXED, GradingError, SandboxInfo
+    from autograder.course.errors import GradingError
+    from autograder.isolation.sandbox import UNSANDBOXED, SandboxInfo
 
     client = connect(settings.cluster, wait=True)
     try:
@@ -182,76 +180,48 @@ def check_workers(settings: GradingSettings, models: list):
                         f"{', '.join(profiled)}: they take about a fifth of the CPU grading needs. "
                         "Start the workers with DASK_CONFIG=autograder/backends/dask-grading.yaml (docs/GRADING.md).")
     gpu = all(w["gpu"] for w in seen.values())
-    return SandboxInfo(bwrap=not bare, gpu=gpu, device="cuda" if gpu else "cpu"), warnings
+    return SandboxInfo(bwrap=not bare, gpu=gpu), warnings
 
 
 def grade_batch(spec: TaskSpec) -> BatchResult:
-    """Grade a batch of submissions on this worker (see the module docstring)."""
-    from .local import judged_args, nbgrader_args, prepare_worker, scores, status, worker_env
-    from autograder.judge.worker import main as run_nbgrader
+    """Grade a batch of submissions on this worker (see the module docstring): a ``Job``, run in
+    this process, whose records and files travel back as data."""
+    from autograder.judge.worker import Job
 
-    settings = GradingSettings(**spec.settings)
-    if tuple(spec.models) not in _PREPARED:  # a worker that joined (or restarted) after the run began
-        prepare_models(list(spec.models), dict(settings.env))
+    settings = GradingSettings.from_json(spec.settings)
+    if tuple(settings.models) not in _PREPARED:  # a worker that joined (or restarted) after the run began
+        prepare_models(list(settings.models), dict(settings.env))
+    bwrap, gpu = worker_sandbox(settings.memory_mb, settings.sandbox)
+    settings = replace(settings, bwrap=bwrap, gpu=gpu)  # as this worker's sandbox is
     host = socket.gethostname()
     tag = spec.students[0] if len(spec.students) == 1 else f"{spec.students[0]}-and-{len(spec.students) - 1}"
     with _LOCK, tempfile.TemporaryDirectory(prefix=f"grade-{tag}-") as tmp:
-        gdir = Path(tmp) / "w"
-        url = spec.shared_url
-        if url is None:
-            (Path(tmp) / "main.db").write_bytes(spec.release_db or b"")
-            main_url = f"sqlite:///{Path(tmp) / 'main.db'}"
-        else:
-            main_url = url
-        bwrap, gpu = worker_sandbox(settings.memory_mb, settings.sandbox)
-        prepare_worker(gdir, main_url, bwrap, settings, 1, gpu)
-        for student, notebook in zip(spec.students, spec.notebooks):
-            target = gdir / "submitted" / student / spec.assignment
-            target.mkdir(parents=True)
-            (target / spec.nb_name).write_text(notebook)
-        extra = [*judged_args(settings, bwrap, gpu), f"--JudgedExecute.scratch_dir={_scratch_base()}",
-                 f"--JudgedExecute.status_dir={gdir / 'status'}"]
-        args = nbgrader_args(gdir, url)
-        from coursekit.models import course_cache_dir
-
-        env = {k: v for k, v in worker_env(gdir, 1, settings).items()
-               if k in ("JUPYTER_PATH", "TMPDIR", "OMP_NUM_THREADS", "PYTHONHASHSEED", "COURSE_CACHE_DIR", "PATH")
-               or k in settings.env}
-        env["COURSE_CACHE_DIR"] = str(course_cache_dir())
-        from autograder import ROOT
-
-        previous = os.getcwd()
-        with _environ(env):
+        (Path(tmp) / "release.db").write_bytes(spec.release_db)
+        job = Job.prepare(Path(tmp) / "w", spec.assignment, spec.nb_name, dict(zip(spec.students, spec.notebooks)),
+                          Path(tmp) / "release.db", settings, threads=1, scratch=_scratch_base())
+        with _environ(job.env()):
             tempfile.tempdir = None  # TMPDIR changed
-            os.chdir(ROOT)  # nbgrader reads the course's nbgrader_config.py from here
             try:
-                run_nbgrader([spec.assignment, "--force", *args, *extra, "--then", spec.assignment, "--force", *args])
+                job.run_here()
             finally:
-                os.chdir(previous)
                 tempfile.tempdir = None
-        got = scores(url or gdir / "gradebook.db", spec.assignment, list(spec.students))
         results = []
         for student in spec.students:
-            st = status(gdir, student)
-            nb_path = gdir / "autograded" / student / spec.assignment / spec.nb_name
-            graded = student in got and nb_path.exists() and bool(st.get("complete"))
-            html = gdir / "feedback" / student / spec.assignment / spec.nb_name.replace(".ipynb", ".html")
+            out = job.outcome(student)
             results.append(TaskResult(
-                student, graded, st.get("notes", []),
-                "" if graded else ("grading failed: " + str(st["error"]) if st.get("error") else
-                                   "not graded: " + str(st["refused"]) if st.get("refused") else
-                                   "grading failed: autograde failed on " + host)[:300],
-                host, autograded=nb_path.read_bytes() if nb_path.exists() else None,
-                feedback=html.read_bytes() if html.exists() else None, timings=st.get("timings", {})))
+                student, out.graded, out.notes, out.cause if out.graded or out.cause.startswith(("grading", "not"))
+                else f"{out.cause} (on {host})", host,
+                autograded=out.autograded.read_bytes() if out.autograded else None,
+                feedback=out.feedback.read_bytes() if out.feedback else None, timings=out.timings))
         any_graded = any(r.graded for r in results)
-        return BatchResult(results, (gdir / "gradebook.db").read_bytes() if any_graded and url is None else None)
+        return BatchResult(results, (job.folder / "gradebook.db").read_bytes() if any_graded else None)
 
 
 def connect(address: str, wait: bool = False):
     """A Dask client for a scheduler address or a scheduler file; a one-line GradingError
     when Dask is not installed, the scheduler cannot be reached or (``wait``) it has had no
     worker for 120 s."""
-    from autograder.pipeline.run import GradingError
+    from autograder.course.errors import GradingError
 
     try:
         from distributed import Client
@@ -274,85 +244,84 @@ def connect(address: str, wait: bool = False):
     return client
 
 
-def execute_on_cluster(assignment: str, notebooks: dict, nb_name: str, grading: Path, feedback_dir: Path,
-                       settings: GradingSettings, main_url: str):
-    """The execute-and-judge stage on Dask: one task per small batch of submissions, merged as they
-    arrive; a batch that fails for good is graded again one submission per task."""
-    from distributed import as_completed
+class DaskBackend:
+    """Grading on the workers of a Dask scheduler (``settings.cluster``)."""
 
-    from autograder.course.model import load
-    from autograder.records.gradebook import sqlite_path
-    from .local import Outcome, merge_gradebook
+    def check(self, settings: GradingSettings):
+        return check_workers(settings, list(settings.models))
 
-    client = connect(settings.cluster, wait=True)
-    try:
-        spec = load().assignment(assignment)
-        # the workers prepared their models and sandbox in check_workers; one that joined since
-        # does so before its first task (grade_batch)
-        main_db = sqlite_path(main_url)
-        release_db = main_db.read_bytes() if main_db is not None else None
-        plain = {k: v for k, v in settings.__dict__.items() if k != "cluster"}
-        sids = sorted(notebooks)
-        size = batch_size(len(sids), len(client.scheduler_info().get("workers", {})))
-        futures = {}
+    def judge(self, batch) -> dict:
+        """One task per small batch of submissions; a batch that fails for good is graded again
+        one submission per task.  What each task sends back is written into the run's folder."""
+        from distributed import as_completed
 
-        def submit(batch: list[str]):
-            task = TaskSpec(assignment, batch, [nbformat.writes(notebooks[sid]) for sid in batch], nb_name,
-                            release_db, None if main_db is not None else main_url, plain, list(spec.models))
-            key = f"grade-{assignment}-{batch[0]}-n{len(batch)}-{os.getpid()}-{id(notebooks)}"
-            future = client.submit(grade_batch, task, key=key, pure=False, retries=1)
-            futures[future] = batch
-            return future
+        from autograder.judge.worker import Outcome
 
-        running = as_completed([submit(sids[start:start + size]) for start in range(0, len(sids), size)])
-        outcomes = {}
-        for future in running:
-            batch = futures[future]
-            try:
-                result: BatchResult = future.result()
-            except Exception as exc:  # noqa: BLE001 - a task that failed for good (raised twice, or took
-                # down as many workers as the scheduler's allowed-failures lets it)
-                if len(batch) > 1:
-                    # one submission may have brought the whole batch down: each is graded again
-                    # alone, so that it costs only itself
-                    for sid in batch:
-                        running.add(submit([sid]))
-                    continue
-                outcomes[batch[0]] = Outcome(False, [], f"grading failed on the cluster: {type(exc).__name__}: {exc}"[:300])
-                continue
-            _store(result, assignment, nb_name, grading, feedback_dir, main_db, merge_gradebook)
-            for r in result.results:
-                outcomes[r.student] = Outcome(r.graded, list(r.notes), r.cause, timings=r.timings)
-        return outcomes
-    finally:
-        client.close()
-
-
-def _store(batch: BatchResult, assignment: str, nb_name: str, grading: Path, feedback_dir: Path,
-           main_db: Path | None, merge) -> None:
-    """Put one task's results into the course's gradebook and folders (graded students only)."""
-    graded = [r for r in batch.results if r.graded]
-    if not graded:
-        return
-    if main_db is not None and batch.gradebook:
-        with tempfile.NamedTemporaryFile(suffix=".db", delete=False) as fh:
-            fh.write(batch.gradebook)
+        client = connect(batch.settings.cluster, wait=True)
         try:
-            merge(main_db, Path(fh.name), assignment, [r.student for r in graded])
+            # the workers prepared their models and sandbox in check_workers; one that joined since
+            # does so before its first task (grade_batch)
+            release_db = Path(batch.gradebook).read_bytes()
+            settings = replace(batch.settings, cluster=None).to_json()
+            sids = sorted(batch.notebooks)
+            size = batch_size(len(sids), len(client.scheduler_info().get("workers", {})))
+            futures = {}
+
+            def submit(students: list[str]):
+                task = TaskSpec(batch.assignment, students, [nbformat.writes(batch.notebooks[sid]) for sid in students],
+                                batch.nb_name, release_db, settings)
+                key = f"grade-{batch.assignment}-{students[0]}-n{len(students)}-{os.getpid()}-{id(batch)}"
+                future = client.submit(grade_batch, task, key=key, pure=False, retries=1)
+                futures[future] = students
+                return future
+
+            running = as_completed([submit(sids[start:start + size]) for start in range(0, len(sids), size)])
+            outcomes = {}
+            for n, future in enumerate(running):
+                students = futures[future]
+                try:
+                    result: BatchResult = future.result()
+                except Exception as exc:  # noqa: BLE001 - a task that failed for good (raised twice, or took
+                    # down as many workers as the scheduler's allowed-failures lets it)
+                    if len(students) > 1:
+                        # one submission may have brought the whole batch down: each is graded again
+                        # alone, so that it costs only itself
+                        for sid in students:
+                            running.add(submit([sid]))
+                        continue
+                    outcomes[students[0]] = Outcome(students[0], False, cause=(
+                        f"grading failed on the cluster: {type(exc).__name__}: {exc}")[:300])
+                    continue
+                outcomes.update(_store(result, batch, f"task{n}"))
+            return outcomes
         finally:
-            os.unlink(fh.name)
-    for result in graded:
-        sid = result.student
-        for step, data in (("autograded", result.autograded), ("feedback", result.feedback)):
-            if data is None:
-                continue
-            folder = grading / step / sid / assignment
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            name = nb_name if step == "autograded" else nb_name.replace(".ipynb", ".html")
-            (folder / name).write_bytes(data)
-        if result.feedback is not None:
-            (feedback_dir / f"{sid}.html").write_bytes(result.feedback)
+            client.close()
+
+
+def _store(result: BatchResult, batch, name: str) -> dict:
+    """One task's records, with its gradebook and files written into the run's folder."""
+    from autograder.judge.worker import Outcome
+
+    folder = Path(batch.folder) / "tasks" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    gradebook = None
+    if result.gradebook:
+        gradebook = folder / "gradebook.db"
+        gradebook.write_bytes(result.gradebook)
+    outcomes = {}
+    for r in result.results:
+        out = Outcome(r.student, r.graded, list(r.notes), r.cause, dict(r.timings))
+        if r.graded and gradebook is not None and r.autograded is not None and r.feedback is not None:
+            out.gradebook = gradebook
+            out.autograded = folder / r.student / batch.nb_name
+            out.feedback = folder / r.student / batch.nb_name.replace(".ipynb", ".html")
+            out.autograded.parent.mkdir(parents=True, exist_ok=True)
+            out.autograded.write_bytes(r.autograded)
+            out.feedback.write_bytes(r.feedback)
+        elif r.graded:  # graded there, but what proves it did not come back
+            out.graded, out.cause = False, f"grading failed on the cluster: {r.worker} sent back no gradebook"
+        outcomes[r.student] = out
+    return outcomes
 
 
 if __name__ == "__main__":  # pragma: no cover

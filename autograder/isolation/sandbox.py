@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.course.model import Grading
@@ -172,6 +173,57 @@ def set_limits(policy: Policy) -> None:
     resource.setrlimit(resource.RLIMIT_DATA if policy.gpu else resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_FSIZE, (policy.file_mb << 20, policy.file_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+@dataclass
+class SandboxInfo:
+    """How the kernels of a run are isolated, once checked where they run."""
+
+    bwrap: bool
+    gpu: bool
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpu else "cpu"
+
+
+# what an unsandboxed kernel can do, said in every such warning
+UNSANDBOXED = "it can read files and reach the network; only the resource limits apply."
+
+
+def check(mode: str, memory_mb: int) -> tuple[SandboxInfo, list[str]]:
+    """Decide how kernels run on this machine (``mode``: auto, on, off) and prove Python and
+    torch run that way, before any student code.  Raises GradingError with one line."""
+    from autograder.course.errors import GradingError
+
+    warnings = []
+    use_bwrap = mode != "off" and bwrap_works()
+    if mode == "on" and not use_bwrap:
+        raise GradingError("the sandbox was required (--sandbox on) but bubblewrap does not work here; "
+                           "install it with: apt-get install bubblewrap")
+    if not use_bwrap:
+        warnings.append("WARNING: student code runs WITHOUT a sandbox (bubblewrap " +
+                        ("disabled" if mode == "off" else "not available: apt-get install bubblewrap") +
+                        "): " + UNSANDBOXED)
+    try:
+        seen = probe(memory_mb, use_bwrap=use_bwrap)
+    except Exception as exc:  # noqa: BLE001 - any failure of the self-test stops the run
+        raise GradingError(f"the grading sandbox cannot run Python ({exc}); no submission was graded. "
+                           "Check `python -m autograder.isolation.sandbox --probe` or grade with --sandbox off") from None
+    if not seen.get("torch"):
+        raise GradingError("the grading sandbox cannot import torch; no submission was graded")
+    if use_bwrap and not seen.get("confined"):
+        warnings.append("NOTE: this Linux kernel has no Landlock: a kernel's connection folder (on the host's "
+                        "disk) is not write-protected; its file-size limit still applies.")
+    gpu = use_bwrap and gpu_works_in_sandbox(memory_mb)
+    if use_bwrap and gpu_nodes() and not gpu:
+        warnings.append("NOTE: this machine has an NVIDIA GPU, but CUDA did not work inside the "
+                        "sandbox: student code runs on the CPU (use --sandbox off to give it the GPU).")
+    if not use_bwrap and gpu_nodes():
+        import torch
+
+        gpu = torch.cuda.is_available()
+    return SandboxInfo(use_bwrap, gpu), warnings
 
 
 _PROBED: dict = {}  # what probe() saw, per arguments and environment, in this process

@@ -59,7 +59,7 @@ def _confine_module():
     """autograder/confine.py: bound as /course_confine.py in the zygote's sandbox."""
     if "course_confine" not in sys.modules:
         try:
-            import course_confine  # noqa: F401
+            import course_confine  # noqa: F401 - registers itself in sys.modules
         except ImportError:  # pragma: no cover - run outside its sandbox (tests)
             from autograder import confine
 

@@ -199,7 +199,7 @@ class JudgedExecute(NbGraderPreprocessor):
         s = job.settings
         self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
         self.ipc, self.device, self.kernel_env, self.context = s.bwrap, s.device, dict(s.env), list(s.judge_context)
-        self.scratch_dir, self.status_dir = str(job.folder / "tmp"), str(job.folder / "status")
+        self.scratch_dir, self.status_dir = str(job.scratch_dir), str(job.folder / "status")
 
     def preprocess(self, nb, resources):
         nbg = resources.get("nbgrader", {})

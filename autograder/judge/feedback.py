@@ -51,7 +51,7 @@ class FeedbackLabels(Preprocessor):
     enabled = Bool(True)
 
     def preprocess(self, nb, resources):
-        from autograder.records.classbook import graded_cells
+        from autograder.course.cells import graded_cells
 
         labels = {c.grade_id: c for c in graded_cells(nb)}
         waiting = self._waiting(resources, [g for g, c in labels.items() if c.kind == "manual"])

@@ -135,10 +135,16 @@ class Job:
     settings: GradingSettings
     threads: int = 1
     course: Path = ROOT
+    scratch: Path | None = None   # where kernels' scratch folders go (default: the job's tmp/)
+
+    @property
+    def scratch_dir(self) -> Path:
+        return self.scratch or self.folder / "tmp"
 
     @classmethod
     def prepare(cls, folder: Path, assignment: str, nb_name: str, notebooks: dict[str, str], gradebook: Path,
-                settings: GradingSettings, threads: int = 1, course: Path = ROOT) -> "Job":
+                settings: GradingSettings, threads: int = 1, course: Path = ROOT,
+                scratch: Path | None = None) -> "Job":
         """Make the worker folder: a copy of ``gradebook`` (the release), each notebook (student
         id -> notebook JSON) where nbgrader looks for it, the course's kernelspec, ``job.json``."""
         import shutil
@@ -155,10 +161,11 @@ class Job:
             target.mkdir(parents=True)
             (target / nb_name).write_text(text)
         sandbox.install_kernelspec(folder / "jupyter", settings, threads=threads)
-        job = cls(folder, assignment, nb_name, sorted(notebooks), settings, threads, Path(course))
+        job = cls(folder, assignment, nb_name, sorted(notebooks), settings, threads, Path(course), scratch)
         (folder / JOB_FILE).write_text(json.dumps({
             "assignment": assignment, "nb_name": nb_name, "students": job.students, "threads": threads,
-            "course": str(course), "settings": json.loads(settings.to_json())}))
+            "course": str(course), "scratch": str(scratch) if scratch else None,
+            "settings": json.loads(settings.to_json())}))
         return job
 
     @classmethod
@@ -166,7 +173,7 @@ class Job:
         data = json.loads(Path(path).read_text())
         return cls(Path(path).parent, data["assignment"], data["nb_name"], list(data["students"]),
                    GradingSettings.from_json(json.dumps(data["settings"])), int(data["threads"]),
-                   Path(data["course"]))
+                   Path(data["course"]), Path(data["scratch"]) if data.get("scratch") else None)
 
     # what the process is given ---------------------------------------------------------
     def env(self) -> dict:

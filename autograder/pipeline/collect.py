@@ -109,13 +109,13 @@ def read_roster(path: Path | None, assignment: str | None = None) -> dict[str, d
         raise SystemExit(f"roster {path}: needs the columns student_id and lms_id")
     for line, r in enumerate(rows, start=2):
         sid = (r.get("student_id") or "").strip()
-        if sid and assignment and not _usable_id(sid, assignment):
+        if sid and assignment and not usable_id(sid, assignment):
             raise SystemExit(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
                              "100 letters, digits, '_', '.' and '-' (not first or last)")
     return {r["lms_id"].strip(): r for r in rows if (r.get("lms_id") or "").strip()}
 
 
-def _usable_id(sid: str, assignment: str) -> bool:
+def usable_id(sid: str, assignment: str) -> bool:
     try:
         return student_id_from_name(Path(f"{sid}_{assignment}.ipynb"), assignment) == sid
     except ValueError:
@@ -199,11 +199,12 @@ def _newest_first(e: Entry, item: _Item) -> tuple:
 # ----------------------------------------------------------------------------- collect
 
 def collect(assignment: str, source: Path, out: Path, roster: Path | None = None,
-            max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES) -> list[Entry]:
+            max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES,
+            by_lms: dict | None = None) -> list[Entry]:
     """Write each student's notebook to ``out/<student id>_<assignment>.ipynb``.  Every entry
     gets an Entry saying what became of it; a file that is not a notebook is still matched
     to its student, so the student's row can say why it was not graded."""
-    by_lms = read_roster(roster, assignment)
+    by_lms = read_roster(roster, assignment) if by_lms is None else by_lms
     source = Path(source)
     zf = None
     if source.is_file() and zipfile.is_zipfile(source):

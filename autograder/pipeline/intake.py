@@ -39,7 +39,10 @@ class Submission:
     notes: list[str] = field(default_factory=list)   # repairs (for the instructor)
     flags: list[str] = field(default_factory=list)   # suspicious code (for the instructor)
     late: bool = False
-    lms: dict = field(default_factory=dict)
+    lms: dict = field(default_factory=dict)          # lms_id, name: what the LMS download said
+    source: str = ""                                  # the file's name as it came (an LMS zip's entry)
+    grade_ids: set = field(default_factory=set)      # the grade ids its cells carried, before repair
+    remarks: list[str] = field(default_factory=list)  # other files of this student, and what became of them
 
 
 def student_id_from_name(path: Path, assignment: str) -> str:

@@ -39,6 +39,8 @@ class Report:
     out_dir: Path | None = None
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    run_id: str = ""                                     # the run in the history (python -m autograder history)
+    changes: list = field(default_factory=list)          # grades it changed (records.classrecord.Change)
 
     def by_student(self) -> dict[str, Result]:
         return {r.student_id: r for r in self.results}
@@ -55,7 +57,14 @@ class Report:
         lines = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
         lines.insert(1, "-" * (sum(widths) + 10))
         graded = [r for r in self.results if r.status == "graded"]
-        lines.append(f"{len(self.results)} submissions: {len(graded)} graded, "
-                     f"{len(self.results) - len(graded)} with errors (scored 0)")
+        missing = [r for r in self.results if r.status == "no submission"]
+        lines.append(f"{len(self.results)} students and files: {len(graded)} graded, "
+                     f"{len(self.results) - len(graded) - len(missing)} with errors (scored 0)"
+                     + (f", {len(missing)} with no submission" if missing else ""))
+        changed = [c for c in self.changes if c.old != "no grade"]  # grades that existed before this run
+        if changed:
+            lines.append(f"{len(changed)} grade{'s' if len(changed) != 1 else ''} changed: "
+                         + ", ".join(str(c) for c in changed[:20]) + (", ..." if len(changed) > 20 else "")
+                         + f" (to take this run back: python -m autograder undo {self.assignment})")
         return "\n".join(w for w in self.warnings) + ("\n" if self.warnings else "") + \
             "\n".join(line.rstrip() for line in lines)

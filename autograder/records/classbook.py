@@ -1,21 +1,19 @@
-"""The class as a whole: every student's standing on an assignment, from the gradebook and
-what intake recorded, question by question.
+"""The class as a whole: every student's standing on an assignment, question by question.
 
-``grade`` records here what it learned about each file (``record_intake``) and the roster it
-was given (``save_roster``); ``class_rows`` then joins them with the gradebook into one
-``ClassRow`` per student, the input of every export (``autograder/export.py``).  Nothing is
-lost: a roster student with no file, a PDF, an unreadable notebook or an unmatched LMS file
-each get a row with the reason.
+``class_rows`` joins the gradebook's grades with what the class record keeps of each file
+(``records.classrecord``: intake rows) and the class's roster into one ``ClassRow`` per student,
+the input of every export (``autograder/records/export.py``).  Nothing is lost: a roster student
+with no file, a PDF, an unreadable notebook or an unmatched LMS file each get a row with the
+reason.
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course.cells import GradedCell, graded_cells  # noqa: F401 - part of this module's API
-from autograder.text import csvsafe
+
+from .classrecord import read_intake, read_roster
 
 @dataclass
 class CellGrade:
@@ -55,49 +53,6 @@ class ClassRow:
         if self.pending:
             text += f", {self.pending:g} points await hand grading"
         return text
-
-
-# ----------------------------------------------------------------------------- what grade records
-
-def class_dir(grading: Path, assignment: str) -> Path:
-    return Path(grading) / "class" / assignment
-
-
-def save_roster(grading: Path, roster: Path | None) -> None:
-    """Keep the roster beside the gradebook: later exports list every student on it."""
-    if roster is None:
-        return
-    target = Path(grading) / "class" / "roster.csv"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    rows = csvsafe.read(Path(roster))  # written again, so that no cell of the copy can be a formula
-    header = list(rows[0]) if rows else ["student_id", "lms_id"]
-    csvsafe.write(target, [h for h in header if h is not None],
-                  [[r.get(h) or "" for h in header if h is not None] for r in rows])
-
-
-def read_roster(grading: Path) -> dict[str, dict]:
-    """student id -> roster row (empty without a roster)."""
-    path = Path(grading) / "class" / "roster.csv"
-    if not path.exists():
-        return {}
-    return {r["student_id"].strip(): r for r in csvsafe.read(path) if (r.get("student_id") or "").strip()}
-
-
-def record_intake(grading: Path, assignment: str, rows: list[dict]) -> None:
-    """Merge this batch's facts into the assignment's intake record.  Each row: student_id
-    (or a file name for files nobody could be matched to), file, reason ("" when the file
-    was graded), late, lms fields.  A later batch replaces a student's earlier row."""
-    path = class_dir(grading, assignment) / "intake.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    known = json.loads(path.read_text()) if path.exists() else {}
-    for row in rows:
-        known[row["key"]] = row
-    path.write_text(json.dumps(known, indent=1, sort_keys=True))
-
-
-def read_intake(grading: Path, assignment: str) -> dict[str, dict]:
-    path = class_dir(grading, assignment) / "intake.json"
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 # ----------------------------------------------------------------------------- the join
@@ -154,9 +109,10 @@ def class_rows(grading: Path, assignment: str, released_nb) -> list[ClassRow]:
     max_points = sum(c.points for c in cells)
     from .gradebook import db_url
 
-    rows = gradebook_rows(db_url(grading), assignment, cells)
-    intake = read_intake(grading, assignment)
-    roster = read_roster(grading)
+    url = db_url(grading)
+    rows = gradebook_rows(url, assignment, cells)
+    intake = read_intake(url, assignment)
+    roster = read_roster(url)
     for key, info in intake.items():
         sid = info.get("student_id") or ""
         if sid and sid in rows:

@@ -216,7 +216,8 @@ def _commit(conn, change: Commit, run_id: str | None = None) -> tuple[str, list[
             _put_roster(conn, change.roster)
     seq = (conn.execute(sa.select(sa.func.max(RUNS.c.seq)).where(RUNS.c.assignment == change.assignment)).scalar()
            or 0) + 1
-    data = dict(change.data, changes=[[c.student_id, c.old, c.new] for c in changes])
+    data = dict(change.data, changes=[[c.student_id, c.old, c.new] for c in changes],
+                students=sorted(change.submissions))
     conn.execute(sa.insert(RUNS).values(id=run_id, assignment=change.assignment, seq=seq, kind=change.kind,
                                         at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
                                         data=json.dumps(data, default=str)))

@@ -89,8 +89,12 @@ def student_feedback(row: ClassRow, cells: list[GradedCell]) -> str:
 
 
 def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_column: str,
-           canvas_id: int | None = None, feedback: bool = False, root: Path | None = None) -> ExportResult:
-    """Write every export of ``assignment`` from the gradebook in ``grading`` into ``out_dir``."""
+           canvas_id: int | None = None, feedback: bool = False, root: Path | None = None,
+           pages: bool = True) -> ExportResult:
+    """Write every export of ``assignment`` from the class record in ``grading`` into ``out_dir``:
+    the CSV files, the plots and (``pages``) a feedback page for every student of the class;
+    ``feedback`` first renders the graded students' pages again from the gradebook (after hand
+    grading)."""
     grading, out_dir = Path(grading), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = graded_cells(released_nb)
@@ -103,9 +107,48 @@ def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_colum
     _moodle_csv(result, result.paths["moodle"], lms_column)
     _plots(result, assignment)
     if feedback:
-        regenerate_feedback(assignment, grading, out_dir / "feedback", [r.student_id for r in rows
-                                                                        if r.status == "graded"], root)
+        regenerate_feedback(assignment, grading, [r.student_id for r in rows if r.status == "graded"], root)
+    if pages:
+        feedback_pages(result, grading, out_dir / "feedback", assignment)
     return result
+
+
+def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment: str) -> None:
+    """A page for every student of the class: a graded student's own feedback page, and for
+    everyone else a short page that says why there is no grade.  The folder holds nothing else."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = set()
+    for row in result.rows:
+        if row.student_id.startswith("?"):
+            continue  # a file nobody could be matched to: grades.csv lists it
+        page = folder / f"{row.student_id}.html"
+        wanted.add(page.name)
+        source = sorted((grading / "feedback" / row.student_id / assignment).glob("*.html"))
+        if row.status == "graded" and source:
+            page.write_bytes(source[0].read_bytes())
+        else:
+            page.write_text(_simple_page(assignment, row))
+    for page in folder.glob("*.html"):
+        if page.name not in wanted:
+            page.unlink()
+
+
+def _simple_page(assignment: str, row: ClassRow) -> str:
+    """The page of a student with no graded submission: the reason, in words, and what to do."""
+    from html import escape
+
+    from autograder.text.htmlsafe import CSP_META
+
+    if row.status == "no submission":
+        what = "No submission was received for this assignment."
+    else:
+        what = f"Your file{(' ' + escape(row.file)) if row.file else ''} was not graded automatically: {escape(row.reason)}."
+    late = "<p>It was submitted late.</p>" if row.late else ""
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}<title>{escape(assignment)}: "
+            f"feedback for {escape(row.student_id)}</title></head><body><h1>{escape(assignment)}: "
+            f"{escape(row.student_id)}</h1><p>{what}</p>{late}<p>Score: 0 of {row.max_score:g}</p>"
+            "<p>Hand in the .ipynb file you downloaded from Colab or Jupyter (File &gt; Download), "
+            "and ask your instructor if the deadline has passed.</p></body></html>")
 
 
 def _grades_csv(result: ExportResult, path: Path) -> None:
@@ -194,32 +237,19 @@ def _plots(result: ExportResult, assignment: str) -> None:
     plt.close(fig)
 
 
-def regenerate_feedback(assignment: str, grading: Path, feedback_dir: Path, students: list[str],
-                        root: Path | None = None) -> None:
-    """Every graded student's feedback page again, from the gradebook (hand grades included)."""
-    from autograder import ROOT
-    from autograder.authoring.release import tool_env
-
-    root = root or ROOT
-    if not students:
-        return
-    from .gradebook import db_url
-
-    cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force",
-           f"--CourseDirectory.db_url={db_url(grading)}",
-           f"--CourseDirectory.submitted_directory={grading / 'submitted'}",
-           f"--CourseDirectory.autograded_directory={grading / 'autograded'}",
-           f"--CourseDirectory.feedback_directory={grading / 'feedback'}"]
-    subprocess.run(cmd, cwd=root, env=tool_env(), capture_output=True, text=True)
-    feedback_dir.mkdir(parents=True, exist_ok=True)
+def regenerate_feedback(assignment: str, grading: Path, students: list[str], root: Path | None = None) -> None:
+    """Every graded student's feedback page rendered again from the gradebook (hand grades
+    included), into nbgrader's feedback folder."""
     import time
 
-    footer = ("<footer style='margin:2em 0;color:#666;font-size:small' class='grading-provenance'>"
-              f"Feedback rebuilt from the gradebook {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
-              "(automatic tests, and the points and comments of the graders).</footer>")
-    for sid in students:
-        pages = sorted((grading / "feedback" / sid / assignment).glob("*.html"))
-        if pages:
-            text = pages[0].read_text(errors="replace")
-            text = text.replace("</body>", footer + "\n</body>", 1) if "</body>" in text else text + footer
-            (feedback_dir / f"{sid}.html").write_text(text)
+    from autograder import ROOT
+    from autograder.course.paths import GradingPaths, nbgrader_env
+
+    if not students:
+        return
+    paths = GradingPaths(Path(grading), root or ROOT)
+    note = (f"feedback rebuilt from the gradebook {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+            "(automatic tests, and the points and comments of the graders)")
+    cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force", *paths.nbgrader_flags(),
+           f"--FeedbackExporter.provenance={note}"]
+    subprocess.run(cmd, cwd=paths.course, env=nbgrader_env(), capture_output=True, text=True)

@@ -1,0 +1,351 @@
+"""The stages of a grading run, each ``stage(run, x) -> y`` (``autograder.pipeline.run``).
+
+Nothing reaches the class record before ``commit``: the stages before it read, check and judge
+into the run's own folder; ``commit`` writes the run into the record in one transaction (with
+its history) and moves its files into place; ``export`` rebuilds every file for the instructor,
+the students and the LMS from the record.
+"""
+from __future__ import annotations
+
+import hashlib
+import platform
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import nbformat
+
+from autograder import SOURCE_DIR
+from autograder.authoring.release import release
+from autograder.course.errors import GradingError
+from autograder.records import classrecord, gradebook
+
+from . import tamper
+from .intake import IntakeError, Submission, read_submission, student_id_from_name
+from .records import Report, Result
+from .repair import repair
+from .screen import screen_assignment
+
+
+@dataclass
+class Release:
+    """The assignment as released into the grading folder's gradebook."""
+
+    assignment: str
+    notebook: str
+    nb: nbformat.NotebookNode
+    max_points: float
+
+
+@dataclass
+class Collected:
+    """The files a run was given: a folder, and what became of each entry of the LMS download."""
+
+    folder: Path
+    entries: list        # autograder.pipeline.collect.Entry
+
+
+# ----------------------------------------------------------------------------- release
+
+def released_notebook(run) -> Release:
+    """The student notebook of the assignment as released (exercises/, generated from solutions/)."""
+    from autograder import RELEASE_DIR
+
+    nb_name = f"{run.assignment}.ipynb"
+    nb = nbformat.read(run.paths.course / RELEASE_DIR / run.assignment / nb_name, as_version=4)
+    points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells
+                       if c.metadata.get("nbgrader", {}).get("grade")))
+    return Release(run.assignment, nb_name, nb, points)
+
+
+def prepare_release(assignment: str, grading: Path, root: Path) -> Release:
+    """Record the assignment in the gradebook, unless this grading folder already holds the
+    release of exactly these sources (a second batch of the same class)."""
+    source_nbs = sorted((root / SOURCE_DIR / assignment).glob("*.ipynb"))
+    nb_name = source_nbs[0].name
+    stamp = grading / "release" / f".{assignment}.sources"
+    sources = _release_fingerprint(root, assignment)
+    if not (stamp.exists() and stamp.read_text() == sources
+            and gradebook.has_assignment(gradebook.db_url(grading), assignment)
+            and (grading / "release" / assignment / nb_name).exists()):
+        release([assignment], out_dir=grading / "release", grading_dir=grading, root=root,
+                checks_dir=grading / "release" / ".checks")
+        stamp.write_text(sources)
+    released = nbformat.read(grading / "release" / assignment / nb_name, as_version=4)
+    max_points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in released.cells
+                           if c.metadata.get("nbgrader", {}).get("grade")))
+    return Release(assignment, nb_name, released, max_points)
+
+
+def _release_fingerprint(root: Path, assignment: str) -> str:
+    """sha256 of what a release depends on: the source notebooks and the nbgrader configuration."""
+    h = hashlib.sha256()
+    files = sorted((root / SOURCE_DIR / assignment).rglob("*")) + [root / "nbgrader_config.py",
+                                                                  Path(__file__).parents[1] / "judge" / "nbconfig.py"]
+    for f in files:
+        if f.is_file():
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- 1. collect
+
+def collect(run, source) -> Collected:
+    """An LMS zip unpacked into the run's folder (every entry gets a row), or a folder of
+    ``<student>_<assignment>.ipynb`` files (made by ``collect``, or by hand)."""
+    from .collect import Entry, collect as unpack, read_report
+
+    source = Path(source)
+    if source.is_file():
+        try:
+            entries = unpack(run.assignment, source, run.folder / "collected", by_lms=run.by_lms)
+        except SystemExit as exc:  # a zip that cannot be read at all: one line
+            raise GradingError(str(exc.code)) from None
+        return Collected(run.folder / "collected", entries)
+    if not source.is_dir():
+        raise GradingError(f"no such zip file or folder: {source}")
+    entries = read_report(source)
+    if not entries:  # a plain folder: each file is an entry of its own
+        entries = [Entry(p.name, target=p.name, status="collected") for p in sorted(source.iterdir())
+                   if p.is_file() and not p.name.startswith(".")]
+    return Collected(source, entries)
+
+
+# ----------------------------------------------------------------------------- 2. read
+
+def read(run, collected: Collected) -> list[Submission]:
+    """Every file read, rebuilt and repaired into a Submission, or given the reason it cannot be
+    graded; every entry of the download that is not a notebook keeps its row (as a remark on its
+    student's row when that student has a notebook here too)."""
+    rel = run.rel = released_notebook(run)
+    subs: list[Submission] = []
+    seen: dict[str, Submission] = {}
+    for e in (e for e in collected.entries if e.target):
+        path = collected.folder / e.target
+        try:
+            sid = student_id_from_name(path, run.assignment)
+        except ValueError as exc:
+            subs.append(Submission(f"? ({path.name})", path.name, error=str(exc), source=e.source))
+            continue
+        if sid in seen:
+            subs.append(Submission(f"{sid} (duplicate)", path.name, source=e.source,
+                                   error=f"second file for student {sid} ({seen[sid].file} was graded)"))
+            continue
+        sub = seen[sid] = Submission(sid, path.name, late=e.late, source=e.source,
+                                     lms={"lms_id": e.lms_id, "name": e.name})
+        subs.append(sub)
+        try:
+            nb, notes = read_submission(path)
+            sub.grade_ids = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+                             if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade_id")}
+            notes += repair(nb, rel.nb)
+            sub.nb, sub.notes = nb, notes
+            sub.flags = tamper.scan(nb, rel.nb)
+        except IntakeError as exc:
+            sub.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - one file never stops the class
+            sub.error = f"could not read {path.name}: {type(exc).__name__}: {exc}"[:300]
+    for e in (e for e in collected.entries if not e.target):
+        if e.student_id in seen:  # e.g. an older Canvas file beside the one graded
+            seen[e.student_id].remarks.append(f"{Path(e.source).name}: {e.status}")
+            continue
+        subs.append(Submission(e.student_id or f"? ({e.source})", Path(e.source).name, error=e.status,
+                               late=e.late, source=e.source, lms={"lms_id": e.lms_id, "name": e.name}))
+    return subs
+
+
+# ----------------------------------------------------------------------------- 3. screen
+
+def screen(run, subs: list[Submission]) -> list[Submission]:
+    """Refuse, before anything is written, what does not belong to this run: files of another
+    assignment (by their name or their graded cells), and students not on the class's roster
+    (unless the instructor adds them, ``--add-students``).  When most of the batch belongs to
+    another assignment, the run stops (the wrong zip), and nothing is written."""
+    screen_assignment(run, subs)
+    if run.roster:
+        for sub in subs:
+            if sub.error or sub.student_id.startswith("?") or "(duplicate)" in sub.student_id:
+                continue
+            if sub.student_id not in run.roster:
+                if run.add_students:
+                    run.added.append(sub.student_id)
+                else:
+                    sub.error = (f"not on the class roster: student {sub.student_id} ({sub.file}); "
+                                 "to add them, grade again with --add-students")
+                    sub.nb = None
+    return subs
+
+
+# ----------------------------------------------------------------------------- 4. prepare
+
+def prepare(run, subs: list[Submission]) -> list[Submission]:
+    """Before any student code runs: the sandbox proved to work where the kernels will run, the
+    assignment released into the gradebook (and a copy of it for the workers to start from), the
+    offline models built."""
+    if not any(s.nb is not None and not s.error for s in subs):
+        return subs
+    info, warnings = run.backend.check(run.settings)
+    run.report.warnings += warnings
+    run.info = info
+    run.settings = replace(run.settings, bwrap=info.bwrap, gpu=info.gpu,
+                           provenance=provenance(run.assignment, info))
+    run.release = prepare_release(run.assignment, run.paths.root, run.paths.course)
+    run.staging_gradebook = gradebook.staging_copy(run.url, run.folder / "release.db", run.assignment)
+    if not run.settings.cluster:  # a cluster's workers build their own (backends.cluster)
+        from autograder.course.models import warm_models
+
+        warning = warm_models(run.settings.models, run.settings.env)
+        if warning:
+            run.report.warnings.append(warning)
+    return subs
+
+
+def provenance(assignment: str, info) -> str:
+    """How a submission was graded, for the end of its feedback page."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for dist in ("nbgrader", "torch", "transformers", "nbformat"):
+        try:  # read from the installed metadata: importing torch here would cost seconds
+            versions[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    parts = [f"assignment {assignment}", f"python {platform.python_version()}",
+             *[f"{k} {v}" for k, v in versions.items()], f"device {info.device}", "seed 0",
+             f"graded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+             "sandbox " + ("bubblewrap" if info.bwrap else "off"), "tests judged outside the student's kernel"]
+    return " \u00b7 ".join(parts)
+
+
+# ----------------------------------------------------------------------------- 5. judge
+
+def judge(run, subs: list[Submission]) -> dict:
+    """Every submission that can be graded, judged by the run's backend: one record each."""
+    from autograder.backends import Batch
+
+    queue = {s.student_id: s.nb for s in subs if s.nb is not None and not s.error}
+    run.subs = subs
+    if not queue:
+        return {}
+    return run.backend.judge(Batch(run.assignment, run.release.notebook, queue, run.staging_gradebook,
+                                   run.settings, run.folder))
+
+
+# ----------------------------------------------------------------------------- 6. commit
+
+def commit(run, outcomes: dict) -> dict:
+    """The run into the class record, in one transaction: the graded students' rows (a file that
+    could not be graded this time leaves no older grade standing), what became of every file,
+    the roster, and the history entry with everything it replaced.  Then the graded notebooks
+    and feedback pages move into place, the ones they replace into the history's archive."""
+    change = classrecord.Commit(run.assignment, kind="grade", data={
+        "source": str(run.source), "files": [s.file for s in run.subs], "settings": run.settings_summary()})
+    for sid, out in outcomes.items():
+        rows = classrecord.staged_rows(f"sqlite:///{out.gradebook}", run.assignment, [sid]) if out.graded else {}
+        change.submissions[sid] = rows.get(sid) if out.graded else None
+    for sub in run.subs:
+        out = outcomes.get(sub.student_id)
+        named = not sub.student_id.startswith("?") and "(duplicate)" not in sub.student_id
+        reason = sub.error or ("" if out is None or out.graded else out.cause)
+        notes = "; ".join(sub.notes + (out.notes if out else []))
+        change.intake[sub.student_id if named else f"file:{sub.file}"] = {
+            "student_id": sub.student_id if named else "", "file": sub.file, "reason": reason, "late": sub.late,
+            "notes": notes, "lms": {k: v for k, v in sub.lms.items() if v}}
+    if run.roster_given or run.added:
+        roster = dict(run.roster)
+        for sid in run.added:
+            roster[sid] = {"student_id": sid, "added": "yes"}
+        change.roster = roster
+    run.run_id, run.changes = classrecord.commit(run.url, change)
+    _move_files(run, outcomes)
+    _keep_copies(run)
+    return outcomes
+
+
+def _move_files(run, outcomes: dict) -> None:
+    """Graded notebooks and feedback pages into nbgrader's folders; what they replace (and the
+    folders of a student whose new file could not be graded) into the history's archive."""
+    archive = run.paths.archive(run.run_id)
+    name = run.release.notebook if run.release else f"{run.assignment}.ipynb"
+    for sid, out in outcomes.items():
+        for step, new, filename in (("autograded", out.autograded, name),
+                                    ("feedback", out.feedback, name.replace(".ipynb", ".html"))):
+            folder = run.paths.step(step, sid, run.assignment)
+            if folder.exists():
+                target = archive / step / sid
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(folder), str(target))
+            if out.graded and new is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copy(new, folder / filename)
+
+
+def _keep_copies(run) -> None:
+    """A readable copy of the roster, and the notebooks this run collected from an LMS download."""
+    from autograder.text import csvsafe
+
+    saved = classrecord.read_roster(run.url)
+    if saved:
+        run.paths.roster_copy.parent.mkdir(parents=True, exist_ok=True)
+        columns = ["student_id", "lms_id", "name", "email", "login", "section"]
+        csvsafe.write(run.paths.roster_copy, columns, [[row.get(c, "") for c in columns] for _, row in sorted(saved.items())])
+    if run.collected_folder is not None and run.collected_folder.is_relative_to(run.folder):
+        target = run.paths.collected(run.assignment)
+        from autograder.isolation.scratch import remove_tree
+
+        remove_tree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(run.collected_folder), str(target))
+
+
+# ----------------------------------------------------------------------------- 7. export
+
+def export(run, outcomes: dict) -> Report:
+    """Every file of the assignment rebuilt from the class record (grades.csv, canvas.csv,
+    moodle.csv, plots, a feedback page for every student of the class), and the run's summary."""
+    from autograder.records.export import export as write_exports
+
+    report = run.report
+    rel = run.release or run.rel
+    result = write_exports(run.assignment, run.paths.root, report.out_dir, rel.nb, run.spec.lms_column,
+                           run.spec.canvas_id, pages=True)
+    rows = {row.student_id: row for row in result.rows}
+    listed = set()
+    for sub in run.subs:
+        out = outcomes.get(sub.student_id)
+        r = Result(sub.student_id, sub.file, max_score=rel.max_points, flags=list(sub.flags), late=sub.late)
+        if sub.error:
+            r.message = sub.error
+        else:
+            for remark in sub.remarks:
+                r.note(remark)
+            if sub.notes:
+                r.note("repaired before grading: " + "; ".join(sub.notes))
+            for note in (out.notes if out else []):
+                r.note(note)
+            if out is not None and not out.graded:
+                r.note(out.cause)
+            row = rows.get(sub.student_id)
+            if out is not None and out.graded and row is not None:
+                r.status, r.score = "graded", row.total
+                r.tests = {g: (c.score or 0.0, c.max_score) for g, c in row.cells.items()}
+                r.pending = row.pending
+                if row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
+                    r.note(row.summary(result.auto_max))
+        if r.late:
+            r.note("submitted LATE")
+        report.results.append(r)
+        listed.add(sub.student_id)
+    for sid in sorted(run.roster):  # the class is the roster: everyone on it has a line
+        row = rows.get(sid)
+        if sid in listed or row is None:
+            continue
+        r = Result(sid, row.file, score=row.total if row.status == "graded" else 0.0, max_score=rel.max_points,
+                   status="graded" if row.status == "graded" else "no submission" if row.status == "no submission"
+                   else "error", message="(not in this batch)" if row.status == "graded" else row.reason)
+        report.results.append(r)
+    report.changes = list(run.changes)
+    report.run_id = run.run_id
+    report.seconds = time.monotonic() - run.started
+    return report
