@@ -287,6 +287,7 @@ def test_release_is_recorded_once_per_grading_folder(tmp_path, monkeypatch):
     """A second batch graded into the same folder reuses the release in its gradebook; a changed
     source (here: a stale fingerprint) is released again."""
     import autograder.pipeline.run as G
+    import autograder.pipeline.stages as stages
 
     empty = tmp_path / "subs"
     empty.mkdir()
@@ -296,7 +297,7 @@ def test_release_is_recorded_once_per_grading_folder(tmp_path, monkeypatch):
     def released_again(*args, **kwargs):
         raise AssertionError("released again")
 
-    monkeypatch.setattr(G, "release", released_again)
+    monkeypatch.setattr(stages, "release", released_again)
     G.grade("attention", empty, out_dir=tmp_path / "o2", grading_dir=tmp_path / "g")
     (tmp_path / "g" / "release" / ".attention.sources").write_text("stale")
     with pytest.raises(AssertionError, match="released again"):

@@ -216,11 +216,12 @@ def test_read_only_cache_converts_into_a_private_folder(tmp_path):
 
 def test_grading_kernels_are_told_where_the_cache_is(monkeypatch, tmp_path):
     from autograder.course.settings import GradingSettings
-    from autograder.backends.local import worker_env
+    from autograder.judge.worker import Job
 
+    job = Job(tmp_path, "attention", "attention.ipynb", [], GradingSettings())
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "c"))
-    assert worker_env(tmp_path, 1, GradingSettings())["COURSE_CACHE_DIR"] == str(tmp_path / "c")
+    assert job.env()["COURSE_CACHE_DIR"] == str(tmp_path / "c")
     monkeypatch.delenv("COURSE_CACHE_DIR")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert worker_env(tmp_path, 1, GradingSettings())["COURSE_CACHE_DIR"] == \
+    assert job.env()["COURSE_CACHE_DIR"] == \
         str(tmp_path / ".cache" / "transformers-course")

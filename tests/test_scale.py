@@ -350,7 +350,7 @@ def test_a_worker_with_an_empty_cache_builds_the_models_first(tmp_path):
 def test_a_submission_that_cannot_be_graded_keeps_no_earlier_grade(small_class, tmp_path, monkeypatch):
     """s1 is graded, then hands in again and that grading fails (a worker died twice, say):
     the row says why, and the earlier 30/30 does not stand for the new file."""
-    import autograder.pipeline.run as pipeline
+    from autograder.backends.local import LocalBackend
 
     one = tmp_path / "one"
     one.mkdir()
@@ -358,15 +358,15 @@ def test_a_submission_that_cannot_be_graded_keeps_no_earlier_grade(small_class, 
     grade("attention", one, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
     assert _grades(tmp_path / "out" / "grades.csv")["s1"]["total"] == "30"
 
-    real = pipeline.execute_and_judge
+    real = LocalBackend.judge
 
-    def failing(*args, **kwargs):
-        outcomes = real(*args, **kwargs)  # graded into the gradebook, then reported as lost
+    def failing(self, batch):
+        outcomes = real(self, batch)  # graded into the worker's gradebook, then reported as lost
         for outcome in outcomes.values():
             outcome.graded, outcome.cause = False, "grading failed: the worker died"
         return outcomes
 
-    monkeypatch.setattr(pipeline, "execute_and_judge", failing)
+    monkeypatch.setattr(LocalBackend, "judge", failing)
     report = grade("attention", one, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
     row = _grades(tmp_path / "out" / "grades.csv")["s1"]
     assert row["status"] != "graded" and row["total"] in ("", "0"), row

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ ENV_KEEP = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "PYTHONHASHSEED", "OMP_NUM_T
             "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "TOKENIZERS_PARALLELISM")
 ENV_PREFIXES = ("COURSE_",)
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)  # never passed on, whatever the prefix
 ENV_DROP = ("COURSE_SANDBOX_WORKDIR", "COURSE_SANDBOX_COPY", "COURSE_SANDBOX_ZYGOTE", "COURSE_SCRATCH")
 COURSE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,7 +103,7 @@ def kernel_env(source: dict | None = None, threads: int | None = None) -> dict:
     """The environment a kernel gets: an allow-list of the grader's variables plus a
     private HOME and matplotlib folder in the sandbox's /tmp."""
     source = os.environ if source is None else source
-    env = {k: v for k, v in source.items() if k in ENV_KEEP or k.startswith(ENV_PREFIXES)}
+    env = {k: v for k, v in source.items() if k in ENV_KEEP or (k.startswith(ENV_PREFIXES) and not SECRET.search(k))}
     env.update(HOME="/tmp", TMPDIR="/tmp", MPLCONFIGDIR="/tmp/mpl", LANG=env.get("LANG", "C.UTF-8"),
                PYTHONDONTWRITEBYTECODE="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])

@@ -58,12 +58,12 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _confine_module():
     """autograder/confine.py: bound as /course_confine.py in the zygote's sandbox."""
     if "course_confine" not in sys.modules:
-        try:
-            import course_confine  # noqa: F401 - registers itself in sys.modules
-        except ImportError:  # pragma: no cover - run outside its sandbox (tests)
-            from autograder import confine
+        import importlib
 
-            sys.modules["course_confine"] = confine
+        try:
+            importlib.import_module("course_confine")
+        except ImportError:  # pragma: no cover - run outside its sandbox (tests)
+            sys.modules["course_confine"] = importlib.import_module("autograder.isolation.confine")
     return sys.modules["course_confine"]
 
 

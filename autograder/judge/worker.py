@@ -70,9 +70,14 @@ def record_outcomes() -> None:
 
     from .status import record_status
 
+    def status_dir(config) -> str:
+        """The job's status folder (``JudgedExecute.job`` names its job file)."""
+        job = str(config.get("JudgedExecute", {}).get("job", "") or "")
+        return str(Path(job).parent / "status") if job else ""
+
     class RecordedAutograde(Autograde):
         def _status_dir(self) -> str:
-            return str(self.config.get("JudgedExecute", {}).get("status_dir", "") or "")
+            return status_dir(self.config)
 
         def init_assignment(self, assignment_id, student_id):
             self._course_student = student_id
@@ -103,8 +108,7 @@ def record_outcomes() -> None:
     class RecordedFeedback(GenerateFeedback):
         def set_permissions(self, assignment_id, student_id):
             super().set_permissions(assignment_id, student_id)
-            status_dir = str(self.config.get("JudgedExecute", {}).get("status_dir", "") or "")
-            record_status(status_dir, student_id, complete=True)  # and its feedback page
+            record_status(status_dir(self.config), student_id, complete=True)  # and its feedback page
 
     autogradeapp.Autograde = RecordedAutograde
     generatefeedbackapp.GenerateFeedback = RecordedFeedback

@@ -39,6 +39,7 @@ class Report:
     out_dir: Path | None = None
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    absent: list[Result] = field(default_factory=list)   # students of the roster with no grade, not in this run
     run_id: str = ""                                     # the run in the history (python -m autograder history)
     changes: list = field(default_factory=list)          # grades it changed (records.classrecord.Change)
 
@@ -48,7 +49,7 @@ class Report:
     def table(self) -> str:
         """A fixed-width summary, one line per submission."""
         rows = [("student", "score", "status", "note")]
-        for r in sorted(self.results, key=lambda r: r.student_id):
+        for r in sorted(self.results, key=lambda r: r.student_id) + self.absent:
             note = r.message
             if r.flags:
                 note = (note + "; " if note else "") + "FLAGGED for review: " + "; ".join(r.flags)
@@ -57,10 +58,10 @@ class Report:
         lines = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
         lines.insert(1, "-" * (sum(widths) + 10))
         graded = [r for r in self.results if r.status == "graded"]
-        missing = [r for r in self.results if r.status == "no submission"]
-        lines.append(f"{len(self.results)} students and files: {len(graded)} graded, "
-                     f"{len(self.results) - len(graded) - len(missing)} with errors (scored 0)"
-                     + (f", {len(missing)} with no submission" if missing else ""))
+        missing = [r for r in self.absent if r.status == "no submission"]
+        lines.append(f"{len(self.results)} submissions: {len(graded)} graded, "
+                     f"{len(self.results) - len(graded)} with errors (scored 0)"
+                     + (f"; {len(missing)} students of the roster handed nothing in" if missing else ""))
         changed = [c for c in self.changes if c.old != "no grade"]  # grades that existed before this run
         if changed:
             lines.append(f"{len(changed)} grade{'s' if len(changed) != 1 else ''} changed: "

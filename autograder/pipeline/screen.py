@@ -75,7 +75,8 @@ def screen_assignment(run, subs) -> None:
         others = sorted({other for _, other, _ in found})
         raise GradingError(
             f"stopped: {len(found)} of {len(readable)} files look like {' or '.join(others)}, not {run.assignment} "
-            f"(e.g. {found[0][0].file}: {found[0][2]}); nothing was graded or written. Is it the right zip? "
+            f"(e.g. {Path(found[0][0].source or found[0][0].file).name}: {found[0][2]}); nothing was graded or written. "
+            "Is it the right zip? "
             f"To grade them: python -m autograder grade {others[0]} ...")
     for sub, other, why in found:
         sub.error = f"not graded: this file looks like {other}, not {run.assignment} ({why})"

@@ -183,6 +183,7 @@ def prepare(run, subs: list[Submission]) -> list[Submission]:
     """Before any student code runs: the sandbox proved to work where the kernels will run, the
     assignment released into the gradebook (and a copy of it for the workers to start from), the
     offline models built."""
+    run.release = prepare_release(run.assignment, run.paths.root, run.paths.course)
     if not any(s.nb is not None and not s.error for s in subs):
         return subs
     info, warnings = run.backend.check(run.settings)
@@ -190,7 +191,6 @@ def prepare(run, subs: list[Submission]) -> list[Submission]:
     run.info = info
     run.settings = replace(run.settings, bwrap=info.bwrap, gpu=info.gpu,
                            provenance=provenance(run.assignment, info))
-    run.release = prepare_release(run.assignment, run.paths.root, run.paths.course)
     run.staging_gradebook = gradebook.staging_copy(run.url, run.folder / "release.db", run.assignment)
     if not run.settings.cluster:  # a cluster's workers build their own (backends.cluster)
         from autograder.course.models import warm_models
@@ -337,14 +337,13 @@ def export(run, outcomes: dict) -> Report:
             r.note("submitted LATE")
         report.results.append(r)
         listed.add(sub.student_id)
-    for sid in sorted(run.roster):  # the class is the roster: everyone on it has a line
+    for sid in sorted(run.roster):  # the class is the roster: whoever on it has no grade is listed
         row = rows.get(sid)
-        if sid in listed or row is None:
+        if sid in listed or row is None or row.status == "graded":
             continue
-        r = Result(sid, row.file, score=row.total if row.status == "graded" else 0.0, max_score=rel.max_points,
-                   status="graded" if row.status == "graded" else "no submission" if row.status == "no submission"
-                   else "error", message="(not in this batch)" if row.status == "graded" else row.reason)
-        report.results.append(r)
+        report.absent.append(Result(sid, row.file, max_score=rel.max_points,
+                                    status="no submission" if row.status == "no submission" else "error",
+                                    message=row.reason or row.status))
     report.changes = list(run.changes)
     report.run_id = run.run_id
     report.seconds = time.monotonic() - run.started
