@@ -435,14 +435,13 @@ class LlamaCppModel(_LogitsModel):
     def prompt_ids(self, text):
         import torch
 
-        if self.kind == "chat":
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        if self.kind == "chat":  # the file's chat template, rendered as llama-cpp-python renders it
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-            prompt = env.from_string(self.template).render(
-                messages=[{"role": "user", "content": text}], add_generation_prompt=True,
-                bos_token=self.llm.detokenize([self.llm.token_bos()]).decode("utf-8", "replace"),
-                eos_token=self.llm.detokenize([self.eos]).decode("utf-8", "replace"))
+            piece = lambda token: self.llm.detokenize([token], special=True).decode("utf-8", "replace")  # noqa: E731
+            formatter = Jinja2ChatFormatter(self.template, eos_token=piece(self.eos),
+                                            bos_token=piece(self.llm.token_bos()))
+            prompt = formatter(messages=[{"role": "user", "content": text}]).prompt
             ids = self.llm.tokenize(prompt.encode(), add_bos=self.add_bos, special=True)
         else:
             ids = self.llm.tokenize(("\n" + text).encode(), add_bos=self.add_bos, special=False)
@@ -620,6 +619,9 @@ class OpenAIModel(LanguageModel):
                 if "top_k" in extra and "top_k" in text:
                     raise UnsupportedSetting(f"{self.host} does not take top_k (it is not part of the OpenAI API; "
                                              "vLLM and llama.cpp's server take it)") from None
+                if "max_tokens" in args and "max_completion_tokens" in text and self.kind == "chat":
+                    args["max_completion_tokens"] = args.pop("max_tokens")  # newer OpenAI models want this name
+                    continue
                 refused = [k for k in ("logprobs", "seed", "n") if k in args
                            and re.search(rf"(?<![A-Za-z_]){k}(?![A-Za-z_])", text)]
                 if not refused:
@@ -748,7 +750,7 @@ def _merges(tokenizer) -> list[str]:
     return [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
 
 
-def export_small_gpt(folder=None, fmt="hf", model=None, tokenizer=None):
+def export_small_gpt(folder=None, fmt="hf", model=None, tokenizer=None, chat_template=None):
     """Write the course's small GPT (``load_or_train_small_gpt()`` unless ``model`` and
     ``tokenizer`` are given) for other programs, and return the path written.
 
@@ -758,7 +760,8 @@ def export_small_gpt(folder=None, fmt="hf", model=None, tokenizer=None):
     ``gpt2`` architecture) for llama.cpp, llama-cpp-python or Ollama; llama.cpp computes GELU
     with the tanh approximation, so its logits differ from the original in the fourth
     decimal or so. Its end-of-text token is the line break (articles are one per line), as
-    llama.cpp needs one. Default folder: ``$COURSE_CACHE_DIR/small-gpt-export/<key>``."""
+    llama.cpp needs one. ``chat_template`` (a Jinja template) is stored in the file, for
+    programs that only speak chat. Default folder: ``$COURSE_CACHE_DIR/small-gpt-export/<key>``."""
     import torch
 
     if model is None or tokenizer is None:
@@ -824,6 +827,8 @@ def export_small_gpt(folder=None, fmt="hf", model=None, tokenizer=None):
     w.add_bos_token_id(newline)
     w.add_eos_token_id(newline)
     w.add_add_bos_token(False)
+    if chat_template:
+        w.add_chat_template(chat_template)
     names = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
              "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias",
              "lm_head.weight": "output.weight"}

@@ -352,6 +352,21 @@ def test_llamacpp_gives_the_course_models_distribution(gguf_file, small_gpt):
     assert lm.decode(ids[0]) == local.decode(ids[0])
 
 
+def test_llamacpp_chat_kind_uses_the_files_chat_template(small_gpt, tmp_path):
+    """A GGUF file with a chat template: a prompt becomes the rendered conversation."""
+    _llama_cpp()
+    from coursekit.llm import LlamaCppModel, export_small_gpt
+
+    template = "{% for message in messages %}[{{ message['role'] }}] {{ message['content'] }}{% endfor %}" \
+               "{% if add_generation_prompt %} ->{% endif %}"
+    path = export_small_gpt(tmp_path, fmt="gguf", model=small_gpt[0], tokenizer=small_gpt[1], chat_template=template)
+    lm = LlamaCppModel(path)
+    assert lm.kind == "chat"  # a file with a template is a chat model unless COURSE_LLM_KIND says text
+    assert lm.prompt_ids("Oil prices?")[0].tolist() == small_gpt[1].encode("[user] Oil prices? ->")
+    assert LlamaCppModel(path, kind="text").prompt_ids("Oil prices?")[0].tolist() == \
+        small_gpt[1].encode("\nOil prices?")
+
+
 def test_lab_experiment_cells_run_on_llamacpp(gguf_file):
     nb = _lab(n_samples=1, max_new_tokens=12)
     texts = _run_notebook(nb, {"COURSE_LLM_BACKEND": "llamacpp", "COURSE_LLM_MODEL": str(gguf_file),
