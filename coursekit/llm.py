@@ -92,6 +92,23 @@ OPENAI_PRICES = {
 }
 
 
+class _Secret:
+    """A key that does not show itself: repr() and vars() of an object holding it print <hidden>."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self):
+        return "<hidden>"
+
+    __str__ = __repr__
+
+
 class LLMError(RuntimeError):
     """What went wrong with a model or a server, in one line that says what to do.
 
@@ -542,8 +559,9 @@ class OpenAIModel(LanguageModel):
         self.name = model
         self.timeout = float(timeout)
         self.verbose = verbose
-        self._key = api_key(self.base_url)
-        self.client = openai.OpenAI(api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=2)
+        self._key = _Secret(api_key(self.base_url))
+        self.client = openai.OpenAI(api_key=self._key.reveal(), base_url=self.base_url, timeout=self.timeout,
+                                    max_retries=2)
         if price is not None:
             self.price, self.price_source = tuple(price), "COURSE_LLM_PRICE"
         elif self.host == "api.openai.com" and model in OPENAI_PRICES:
@@ -561,7 +579,8 @@ class OpenAIModel(LanguageModel):
     # -- errors --------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
-        return str(text).replace(self._key, "***") if self._key and len(self._key) >= 4 else str(text)
+        key = self._key.reveal()
+        return str(text).replace(key, "***") if len(key) >= 4 else str(text)
 
     def _explain(self, err) -> LLMError:
         """One line for an error of the openai client."""

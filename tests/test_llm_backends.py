@@ -249,7 +249,7 @@ def test_errors_are_one_line_and_never_show_the_key(server, capsys):
                                              body={"error": {"message": f"Incorrect API key provided: {KEY}"}})
         line = str(lm._explain(refused))
         assert "did not accept the API key" in line and "OPENAI_API_KEY" in line and KEY not in line
-        assert KEY not in repr(lm) + lm.description + capsys.readouterr().out
+        assert KEY not in repr(lm) + repr(vars(lm)) + lm.description + capsys.readouterr().out
 
 
 def test_usage_and_cost_of_each_call(server, capsys):
@@ -269,6 +269,17 @@ def test_usage_and_cost_of_each_call(server, capsys):
     assert [s["text"] for s in again] == [s["text"] for s in samples]
 
 
+def test_the_server_runs_the_course_model(server):
+    """Greedy text through the server is the greedy text of the model in this process."""
+    from coursekit.llm import LocalSmallGPT, OpenAIModel
+
+    api = OpenAIModel(server[1], server[0], kind="text", verbose=False)
+    local = LocalSmallGPT()
+    prompts = ["Oil prices", "The president said"]
+    assert [s["text"] for s in api.sample(prompts, 1, 24, temperature=0)] == \
+        [s["text"] for s in local.sample(prompts, 1, 24, temperature=0)]
+
+
 def test_settings_and_keys(monkeypatch):
     from coursekit.llm import LLMError, OpenAIModel, api_key, llm_settings
 
@@ -286,7 +297,7 @@ def test_settings_and_keys(monkeypatch):
     monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or KEY)
     lm = OpenAIModel("gpt-4o-mini", "https://api.openai.com/v1", verbose=False)  # no request is made here
     assert asked and "api.openai.com" in asked[0] and KEY_VAR in asked[0]
-    assert lm.price == (0.15, 0.60) and KEY not in repr(lm) + lm.description + repr(vars(lm).get("client"))
+    assert lm.price == (0.15, 0.60) and KEY not in repr(lm) + lm.description + repr(vars(lm)) + str(vars(lm))
 
     def no_terminal(prompt):
         raise EOFError
