@@ -36,6 +36,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Optional: llama-cpp-python, for the LLM lab's llamacpp backend and its tests (skipped without it).
+# pip compiles llama.cpp from source: about 11 minutes on two shared cores (docs/LLM_BACKENDS.md).
+LLAMACPP_VERSION=0.3.36
+if [ "${COURSE_LLAMACPP:-0}" = 1 ] && ! python -c "import llama_cpp" >/dev/null 2>&1; then
+  echo "== building llama-cpp-python $LLAMACPP_VERSION (compiles llama.cpp: several minutes)"
+  CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" python -m pip install --quiet "llama-cpp-python==$LLAMACPP_VERSION" ||
+    echo "   could not build llama-cpp-python: the llamacpp tests will be skipped"
+fi
+
 # >>> instructor only (python -m autograder publish leaves this out of the student course)
 # bubblewrap sandboxes student code during grading; install it where we can (root + apt)
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
