@@ -40,7 +40,7 @@ STUDENT_DEPENDENCIES = ["torch>=2.4", "transformers>=4.56", "datasets>=3.0", "sa
                         "numpy>=2.0", "matplotlib>=3.9", "tqdm>=4.66.3"]
 # what the student tree does not need from requirements.txt (the grader and its tools)
 NOT_FOR_STUDENTS = {"nbgrader", "sqlalchemy", "pyyaml", "distributed", "dask-jobqueue", "psycopg",
-                    "pytest-xdist", "nh3", "defusedcsv", "latex2mathml"}
+                    "pytest-xdist", "nh3", "defusedcsv", "latex2mathml", "fastapi", "uvicorn"}
 
 _SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
