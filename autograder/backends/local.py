@@ -10,6 +10,8 @@ notebook) is graded again alone, to grade it if it can be graded and to tell its
 """
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -34,22 +36,37 @@ class Run:
     outcomes: dict = field(default_factory=dict)
 
 
+_RUNNING: set = set()  # the worker processes of this process, to stop them all on Ctrl-C
+
+
 def run_job(job: Job, timeout: float) -> Run:
     """One process grades all of the job's students, then writes their feedback."""
     run = Run(job)
     # each submission's own limit is enforced inside (JudgedExecute); this bounds the process:
     # start-up, nbgrader's own work and feedback, and a kernel's grace period after its limit
     timeout += 60 + 30 * len(job.students)
+    env = dict(job.env(), COURSE_GRADER_PID=str(os.getpid()))
+    proc = subprocess.Popen([sys.executable, "-m", "autograder.judge.worker", str(job.folder / JOB_FILE)],
+                            cwd=job.course, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    _RUNNING.add(proc)
     try:
-        proc = subprocess.run([sys.executable, "-m", "autograder.judge.worker", str(job.folder / JOB_FILE)],
-                              cwd=job.course, env=job.env(), capture_output=True, text=True, timeout=timeout,
-                              start_new_session=True)
-        run.log = proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
+        run.log, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
         run.timed_out = True
-        run.log = str(exc.stdout or "") + str(exc.stderr or "")
+        _kill(proc)
+        run.log = proc.communicate()[0] or ""
+    finally:
+        _RUNNING.discard(proc)
     run.outcomes = {sid: job.outcome(sid, run.log, run.timed_out) for sid in job.students}
     return run
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 class LocalBackend:
@@ -70,8 +87,15 @@ class LocalBackend:
                                batch.settings, threads)
 
         def run_all(jobs: list[Job], budget) -> list[Run]:
-            with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as ex:
+            ex = ThreadPoolExecutor(max_workers=max(1, len(jobs)))
+            try:
                 return list(ex.map(lambda job: run_job(job, budget(job)), jobs))
+            except BaseException:  # Ctrl-C: every worker stops now, not when it is done
+                for proc in list(_RUNNING):
+                    _kill(proc)
+                raise
+            finally:
+                ex.shutdown(wait=True)
 
         outcomes: dict[str, Outcome] = {}
         shares = [sids[i::workers] for i in range(workers) if sids[i::workers]]

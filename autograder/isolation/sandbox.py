@@ -288,15 +288,16 @@ def install_kernelspec(jupyter_dir: Path, settings: GradingSettings, threads: in
     return spec_dir
 
 
-def _die_with_parent() -> None:
-    """This launcher (and bubblewrap, which it becomes) is killed when the grading process that
-    started it dies, and does not start anything when that process is already gone: a grading
-    worker killed at its time limit leaves no kernel behind.  (bubblewrap's own
-    ``--die-with-parent`` would tie the sandbox to this process only.)"""
+def die_with_parent(parent_env: str = "JPY_PARENT_PID") -> None:
+    """This process (and what it becomes by exec: bubblewrap, for a kernel's launcher) is killed
+    when the process that started it dies, and does not start anything when that process is
+    already gone (its pid is in ``parent_env``): a grading worker killed at its time limit leaves
+    no kernel behind, and a killed ``grade`` no worker.  (bubblewrap's own ``--die-with-parent``
+    would tie the sandbox to this process only.)"""
     import ctypes
     import signal
 
-    parent = os.environ.get("JPY_PARENT_PID")  # set by jupyter_client for the kernels it starts
+    parent = os.environ.get(parent_env)  # JPY_PARENT_PID: set by jupyter_client for the kernels it starts
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     # whatever follows (e.g. --HistoryManager.hist_file=:memory:) is for the kernel
     args, kernel_args = parser.parse_known_args(argv)
 
-    _die_with_parent()
+    die_with_parent()
     conn_dir = args.connection_file.resolve().parent
     workdir = Path(os.environ.get("COURSE_SANDBOX_WORKDIR") or os.getcwd()).resolve()
     policy = kernel_policy(workdir, conn_dir, memory_mb=args.memory_mb, tmp_mb=args.tmp_mb, work_mb=args.work_mb,

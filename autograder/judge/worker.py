@@ -269,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1:
         raise SystemExit("usage: python -m autograder.judge.worker FOLDER/job.json")
+    from autograder.isolation.sandbox import die_with_parent
+
+    die_with_parent("COURSE_GRADER_PID")  # a grade that is killed takes its workers with it
     job = Job.load(Path(argv[0]))
     with environ(job.settings.env):  # the assignment's environment, for the judge in this process
         return job.run_here()

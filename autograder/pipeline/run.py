@@ -25,7 +25,7 @@ from autograder.course.errors import GradingError
 from autograder.course.model import CourseFileError, UnknownAssignment, load as load_course
 from autograder.course.paths import GradingPaths
 from autograder.course.settings import GradingSettings
-from autograder.isolation.scratch import remove_tree
+from autograder.isolation.scratch import OWNER, remove_tree
 from autograder.records import classrecord, gradebook
 
 from . import stages
@@ -129,10 +129,25 @@ def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, ro
               roster=given if given is not None else classrecord.read_roster(url), roster_given=given is not None,
               add_students=add_students)
     paths.runs.mkdir(parents=True, exist_ok=True)
+    _remove_stale_runs(paths.runs)
     run.folder = paths.runs / uuid.uuid4().hex[:12]
     run.folder.mkdir()
+    (run.folder / OWNER).write_text(str(os.getpid()))
     run.backend = backend_for(settings)
     return run
+
+
+def _remove_stale_runs(runs: Path) -> None:
+    """The folders of runs whose process was killed (their owner is gone): nothing in them
+    reached the record, and nothing in them is needed."""
+    for folder in runs.iterdir():
+        try:
+            pid = int((folder / OWNER).read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            remove_tree(folder)
+        except (OSError, ValueError):
+            continue
 
 
 def read_roster_file(path: Path, assignment: str) -> dict:

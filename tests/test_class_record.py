@@ -1,0 +1,196 @@
+"""Nothing an instructor does loses a grade: each run is a transaction with a history.
+
+A small Canvas class is graded once (the record all the tests compare with).  Then the
+mistakes instructors make: the wrong zip (stopped before anything is written), a regrade that
+changes a grade (listed, and undone), a resubmission without --roster (adds no student), a
+student removed by mistake (undone), a run killed with SIGKILL or stopped with Ctrl-C half way
+(the record stays as it was).  PostgreSQL: tests/test_scale.py.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.cli import main as cli
+from autograder.pipeline.run import grade
+from autograder.records import classrecord
+from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
+
+EXPORTS = ("grades.csv", "canvas.csv", "moodle.csv", "histogram.png", "pass_rates.png")
+
+
+def _canvas(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+def _state(grading: Path) -> dict:
+    """Every byte of the record and of the exports (the run folders, scratch by design, aside)."""
+    out = {}
+    for path in sorted(p for p in grading.rglob("*") if p.is_file() and "runs" not in p.relative_to(grading).parts):
+        out[str(path.relative_to(grading))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def _rows(path: Path) -> dict:
+    with open(path, newline="") as fh:
+        return {r["student_id"]: r for r in csv.DictReader(fh)}
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """s1 and s2 right, s3 with the wrong softmax; s4 is on the roster and hands in nothing."""
+    tmp = tmp_path_factory.mktemp("record")
+    full = nbformat.writes(filled_exercise("attention")).encode()
+    wrong = nbformat.writes(set_solution(filled_exercise("attention"), "calculate_multihead_attention",
+                                         WRONG_SOFTMAX)).encode()
+    zip_ = _canvas(tmp / "canvas.zip", {"ann_1001_5001_attention.ipynb": full, "bo_1002_5002_attention.ipynb": full,
+                                        "cy_1003_5003_attention.ipynb": wrong})
+    roster = tmp / "roster.csv"
+    roster.write_text("student_id,lms_id,name\ns1,1001,Ann\ns2,1002,Bo\ns3,1003,Cy\ns4,1004,Di\n")
+    grading = tmp / "grading"
+    report = grade("attention", zip_, grading_dir=grading, roster=roster, workers=2)
+    return {"tmp": tmp, "grading": grading, "report": report, "full": full, "wrong": wrong,
+            "state": _state(grading), "reports": grading / "reports" / "attention"}
+
+
+def _copy(graded_class, name: str) -> Path:
+    """A copy of the graded class's folder, for a test that changes it."""
+    target = graded_class["tmp"] / name
+    shutil.copytree(graded_class["grading"], target)
+    return target
+
+
+def test_the_summary_lists_the_rostered_student_who_handed_nothing_in(graded_class):
+    report = graded_class["report"]
+    assert {r.student_id: r.score for r in report.results} == {"s1": 30, "s2": 30, "s3": 24}
+    assert [(r.student_id, r.status) for r in report.absent] == [("s4", "no submission")]
+    table = report.table()
+    assert "s4" in table and "no submission" in table and "1 students of the roster handed nothing in" in table
+    assert (graded_class["reports"] / "feedback" / "s4.html").exists()
+    assert _rows(graded_class["reports"] / "grades.csv")["s4"]["status"] == "no submission"
+
+
+def test_the_wrong_zip_is_stopped_and_changes_nothing(graded_class, capsys):
+    """project_aether's notebooks graded as attention: exit status 2, one line naming
+    project_aether, and the gradebook and every export byte-identical."""
+    grading = _copy(graded_class, "wrong_zip")
+    before = _state(grading)
+    aether = nbformat.writes(filled_exercise("project_aether")).encode()
+    zip_ = _canvas(graded_class["tmp"] / "aether.zip", {
+        "ann_1001_5101_project_aether.ipynb": aether, "bo_1002_5102_project_aether.ipynb": aether,
+        "cy_1003_5103_project_aether.ipynb": aether})
+    assert cli(["grade", "attention", str(zip_), "--grading-dir", str(grading)]) == 2
+    err = capsys.readouterr().err
+    assert "look like project_aether, not attention" in err and "nothing was graded or written" in err
+    assert _state(grading) == before
+    # renamed to look right, the notebooks' own cells still give them away
+    renamed = _canvas(graded_class["tmp"] / "renamed.zip", {f"{n}_{u}_6{u}_attention.ipynb": aether
+                                                            for n, u in (("ann", 1001), ("bo", 1002), ("cy", 1003))})
+    assert cli(["grade", "attention", str(renamed), "--grading-dir", str(grading)]) == 2
+    assert "graded cells" in capsys.readouterr().err
+    assert _state(grading) == before
+
+
+def test_a_regrade_is_listed_and_undo_gives_back_the_exports(graded_class, capsys):
+    grading = _copy(graded_class, "regrade")
+    reports = grading / "reports" / "attention"
+    before = {name: (reports / name).read_bytes() for name in EXPORTS}
+    page = (reports / "feedback" / "s2.html").read_bytes()
+    resubmission = _canvas(graded_class["tmp"] / "resubmit.zip", {"bo_1002_5202_attention.ipynb": graded_class["wrong"]})
+    report = grade("attention", resubmission, grading_dir=grading, workers=1)  # no --roster: the saved one
+    assert "1 grade changed: s2 30 \u2192 24" in report.table()
+    assert _rows(reports / "grades.csv")["s2"]["total"] == "24"
+    assert cli(["history", "attention", "--grading-dir", str(grading)]) == 0
+    listed = capsys.readouterr().out
+    assert "  1  " in listed and "  2  " in listed and "s2 30 \u2192 24" in listed and "cell_timeout=" in listed
+    assert cli(["undo", "attention", "--grading-dir", str(grading)]) == 0
+    assert "s2 24 \u2192 30" in capsys.readouterr().out
+    assert {name: (reports / name).read_bytes() for name in EXPORTS} == before
+    assert (reports / "feedback" / "s2.html").read_bytes() == page
+    # the undo is a run of the history too, and can itself be undone
+    runs = classrecord.history(f"sqlite:///{grading / 'gradebook.db'}", "attention")
+    assert [r.kind for r in runs] == ["grade", "grade", "undo"] and runs[1].data["undone_by"] == runs[2].id
+    assert cli(["undo", "attention", str(runs[2].seq), "--grading-dir", str(grading)]) == 0
+    assert _rows(reports / "grades.csv")["s2"]["total"] == "24"
+
+
+def test_a_resubmission_without_the_roster_adds_no_student(graded_class):
+    grading = _copy(graded_class, "no_roster")
+    zip_ = _canvas(graded_class["tmp"] / "late.zip", {"cy_1003_5303_attention.ipynb": graded_class["full"],
+                                                      "eve_1999_5304_attention.ipynb": graded_class["full"]})
+    report = grade("attention", zip_, grading_dir=grading, workers=1)
+    by_id = report.by_student()
+    assert by_id["s3"].score == 30
+    assert not any(r.student_id.startswith("canvas") for r in report.results), [r.student_id for r in report.results]
+    canvas = list(csv.DictReader(open(grading / "reports" / "attention" / "canvas.csv", newline="")))
+    assert sorted(r["SIS User ID"] for r in canvas[1:]) == ["s1", "s2", "s3", "s4"]  # one row per student
+    # a file of a user who is not on the roster is reported, not graded
+    assert any("1999" in r.file or "1999" in r.message for r in report.results if r.status != "graded")
+
+
+def test_a_student_not_on_the_roster_is_reported_unless_added(graded_class):
+    grading = _copy(graded_class, "add")
+    folder = graded_class["tmp"] / "new_student"
+    folder.mkdir()
+    (folder / "s9_attention.ipynb").write_bytes(graded_class["full"])
+    refused = grade("attention", folder, grading_dir=grading, workers=1).by_student()["s9"]
+    assert refused.status == "error" and "not on the class roster" in refused.message
+    added = grade("attention", folder, grading_dir=grading, workers=1, add_students=True).by_student()["s9"]
+    assert added.score == 30
+    assert "s9" in classrecord.read_roster(f"sqlite:///{grading / 'gradebook.db'}")
+
+
+def test_remove_is_recorded_and_undone(graded_class, capsys):
+    grading = _copy(graded_class, "remove")
+    reports = grading / "reports" / "attention"
+    assert cli(["remove", "attention", "s1", "--grading-dir", str(grading)]) == 0
+    assert _rows(reports / "grades.csv")["s1"]["status"] == "no submission"
+    assert cli(["undo", "attention", "--grading-dir", str(grading)]) == 0
+    assert _rows(reports / "grades.csv")["s1"]["total"] == "30"
+    assert cli(["remove", "attention", "s4", "--from-roster", "--grading-dir", str(grading)]) == 0
+    assert "s4" not in _rows(reports / "grades.csv")
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C"])
+def test_a_run_killed_half_way_leaves_the_record_as_it_was(graded_class, how):
+    """``grade`` in a process of its own, stopped while it judges the resubmissions: the
+    gradebook and every export are byte-identical afterwards, on SQLite."""
+    grading = _copy(graded_class, f"killed_{how}")
+    before = _state(grading)
+    folder = graded_class["tmp"] / f"batch_{how}"
+    folder.mkdir()
+    for sid in ("s1", "s2", "s3"):
+        (folder / f"{sid}_attention.ipynb").write_bytes(graded_class["wrong"])
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "attention", str(folder),
+                             "--grading-dir", str(grading), "--workers", "1"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        statuses = list((grading / "runs").glob("*/workers/*/status/*.json"))
+        if statuses:  # a submission has been judged: the run is half way
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+    if how == "SIGKILL":
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(120)
+    if how == "Ctrl-C":
+        assert proc.returncode == 130, proc.stdout.read().decode()[-2000:]
+    assert _state(grading) == before
