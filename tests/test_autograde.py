@@ -238,8 +238,8 @@ def test_no_student_kernel_outlives_the_batch(graded):
 
 
 def test_feedback_exporter_matches_nbconvert_text(tmp_path):
-    """The feedback exporter (nbconvert's HTML exporter minus its BeautifulSoup pass) gives
-    pages with the same text as nbconvert's, and alt text on every image."""
+    """The feedback exporter without nbconvert's BeautifulSoup pass gives pages with the same
+    text as with it, and alt text on every image."""
     import base64
     import re
 
@@ -253,9 +253,12 @@ def test_feedback_exporter_matches_nbconvert_text(tmp_path):
     png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
     next(c for c in nb.cells if c.cell_type == "code").outputs = [nbformat.v4.new_output("display_data", data={"image/png": png}),
                            nbformat.v4.new_output("stream", name="stdout", text="x < y & z\n")]
+    class WithSoup(FeedbackExporter):  # the same page, through nbconvert's own final pass
+        from_notebook_node = HTMLExporter.from_notebook_node
+
     config = Config({"HTMLExporter": {"template_name": "classic"}})
     ours, _ = FeedbackExporter(config=config).from_notebook_node(nb)
-    theirs, _ = HTMLExporter(config=config).from_notebook_node(nb)
+    theirs, _ = WithSoup(config=config).from_notebook_node(nb)
     text = [" ".join(BeautifulSoup(page, "html.parser").get_text().split()) for page in (ours, theirs)]
     assert text[0] == text[1]
     assert "x < y & z" in text[0]

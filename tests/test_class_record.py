@@ -194,3 +194,15 @@ def test_a_run_killed_half_way_leaves_the_record_as_it_was(graded_class, how):
     if how == "Ctrl-C":
         assert proc.returncode == 130, proc.stdout.read().decode()[-2000:]
     assert _state(grading) == before
+
+
+def test_a_late_file_is_matched_and_its_feedback_page_says_so(graded_class):
+    """Canvas names a late file ``<name>_late_<user>_<submission>_...`` (any case): the student is
+    the roster's, the summary and grades.csv say late, and so does the student's feedback page."""
+    grading = _copy(graded_class, "late")
+    zip_ = _canvas(graded_class["tmp"] / "late_file.zip", {"di_late_1004_5404_attention.ipynb": graded_class["full"]})
+    result = grade("attention", zip_, grading_dir=grading, workers=1).by_student()["s4"]
+    assert result.score == 30 and "submitted LATE" in result.message
+    assert _rows(grading / "reports" / "attention" / "grades.csv")["s4"]["late"] == "yes"
+    page = (grading / "reports" / "attention" / "feedback" / "s4.html").read_text()
+    assert "<td>submitted</td><td class=\"lost\">late</td>" in page

@@ -116,6 +116,25 @@ def test_publish_refuses_a_folder_in_use(tmp_path):
         publish(tmp_path / "x", ROOT)
 
 
+def test_publish_goes_into_an_empty_clone_and_updates_it(tmp_path, published):
+    """A fresh clone (nothing but .git) takes the course; publishing again into it removes what is
+    no longer published and leaves alone what publish never wrote there (and .git)."""
+    dest, files = published
+    clone = tmp_path / "clone"
+    (clone / ".git").mkdir(parents=True)
+    (clone / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert {p.relative_to(clone) for p in publish(clone, ROOT)} == {p.relative_to(dest) for p in files}
+    (clone / "LICENSE").write_text("the instructor's own file\n")
+    gone = "exercises/attention/attention.ipynb"
+    manifest = clone / ".course-published"
+    manifest.write_text(manifest.read_text() + "book/old_page.ipynb\n")  # published by an earlier version
+    (clone / "book" / "old_page.ipynb").write_text("{}")
+    publish(clone, ROOT)
+    assert not (clone / "book" / "old_page.ipynb").exists() and (clone / gone).exists()
+    assert (clone / "LICENSE").read_text() == "the instructor's own file\n"
+    assert (clone / ".git" / "HEAD").exists()
+
+
 def test_rehosting_is_one_edit_and_one_release(tmp_path):
     """A copy of the course moved to other repositories: after `release` and `publish`, no file
     of either tree names the old repositories, and every badge, setup cell and launch button

@@ -121,6 +121,42 @@ def test_a_postgresql_gradebook_gives_the_same_grades_as_sqlite(postgres, small_
     assert _grades(tmp_path / "again" / "grades.csv") == local_grades
 
 
+def _dump(url: str) -> dict:
+    """Every row of every table of the database at ``url``, in a fixed order."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            meta = sa.MetaData()
+            meta.reflect(conn)
+            return {name: sorted(map(repr, conn.execute(sa.select(table)).all()))
+                    for name, table in sorted(meta.tables.items())}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
+def test_a_run_killed_half_way_leaves_a_postgresql_record_as_it_was(postgres, small_class, tmp_path, signal_name):
+    """A run into PostgreSQL stopped while it judges (SIGKILL, or Ctrl-C): not a row changed."""
+    grading = tmp_path / "grading"
+    first = run([sys.executable, "-m", "autograder", "grade", "attention", str(small_class), "--workers", "1",
+                 "--db-url", postgres, "--grading-dir", str(grading)])
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _dump(postgres)
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "attention", str(small_class),
+                             "--workers", "1", "--grading-dir", str(grading)], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None \
+            and not list((grading / "runs").glob("*/workers/*/status/*.json")):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+    os.killpg(proc.pid, getattr(signal, signal_name))
+    proc.wait(120)
+    assert _dump(postgres) == before
+
+
 def test_an_unreachable_database_is_one_line(small_class, tmp_path):
     """A wrong --db-url stops the run with one line that names it."""
     port = _free_port()  # nothing listens there

@@ -40,7 +40,7 @@ STUDENT_DEPENDENCIES = ["torch>=2.4", "transformers>=4.56", "datasets>=3.0", "sa
                         "numpy>=2.0", "matplotlib>=3.9", "tqdm>=4.66.3"]
 # what the student tree does not need from requirements.txt (the grader and its tools)
 NOT_FOR_STUDENTS = {"nbgrader", "sqlalchemy", "pyyaml", "distributed", "dask-jobqueue", "psycopg",
-                    "pytest-xdist", "nh3", "defusedcsv", "latex2mathml", "fastapi", "uvicorn"}
+                    "pytest-xdist", "nh3", "defusedcsv", "latex2mathml", "fastapi", "uvicorn", "import-linter"}
 
 _SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
@@ -361,15 +361,26 @@ python -m pytest -ra --durations=10 "$@"
 GITIGNORE = ".venv/\n__pycache__/\n*.pyc\n*.egg-info/\n_build/\n.ipynb_checkpoints/\n.jupyter_cache/\n"
 
 
+MANIFEST = ".course-published"  # in the student repository: the files publish wrote there
+
+
 def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list[Path]:
-    """Write the student course into ``dest`` (which must be empty or absent).  Returns the
-    files written."""
+    """Write the student course into ``dest``: a new or empty folder, a fresh clone of the
+    student repository (its ``.git`` stays), or a student repository published before, which is
+    brought up to date (files no longer published are removed; files publish never wrote are
+    left alone).  Everything is written and checked for leaks in a folder of its own first.
+    Returns the files of the course."""
+    import tempfile
+
     from .stamp import check
 
     course = course or load(root)
     dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise PublishError(f"{dest} is not empty: publish into a new folder (or an empty clone)")
+    present = sorted(p.name for p in dest.iterdir() if p.name != ".git") if dest.is_dir() else []
+    if present and not (dest / MANIFEST).exists():
+        raise PublishError(f"{dest} is not empty and holds files publish did not write ({', '.join(present[:5])}): "
+                           "publish into an empty folder, a fresh clone of the student repository, or one it "
+                           "published before")
     stale = check(root)
     if stale:
         raise PublishError("these files do not match course.yml; run `python -m autograder release` first: "
@@ -377,6 +388,32 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
     refused = unproven(root, course)
     if refused:
         raise PublishError(f"cannot prove {len(refused)} file(s) clean:\n" + "\n".join(refused[:20]))
+    with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
+        stage = Path(tmp) / "course"
+        _write_course(stage, root, course)
+        found = leaks(stage, secrets(root))
+        if found:
+            raise PublishError("the student course would show solutions or hidden tests:\n" + "\n".join(found[:20]))
+        new = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
+        old = set((dest / MANIFEST).read_text().split("\n")) - {""} if (dest / MANIFEST).exists() else set()
+        dest.mkdir(parents=True, exist_ok=True)
+        for rel in sorted(old - set(new)):  # published before, not any more
+            target = dest / rel
+            if target.is_file() or target.is_symlink():
+                target.unlink()
+            for parent in target.parents:
+                if parent == dest or not parent.is_dir() or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+        for rel in new:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(stage / rel, dest / rel)
+    (dest / MANIFEST).write_text("\n".join(new) + "\n")
+    return sorted(dest / rel for rel in new)
+
+
+def _write_course(dest: Path, root: Path, course: Course) -> None:
+    """The student course, written into the new folder ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in COPIED:
         src = root / name
@@ -400,7 +437,3 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
     (dest / ".ci").mkdir(exist_ok=True)
     (dest / ".ci" / "run").write_text("#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")/..\"\n"
                                       "bash scripts/test.sh\n")
-    found = leaks(dest, secrets(root))
-    if found:
-        raise PublishError("the student course would show solutions or hidden tests:\n" + "\n".join(found[:20]))
-    return sorted(p for p in dest.rglob("*") if p.is_file())

@@ -33,6 +33,7 @@ class Batch:
     gradebook: Path            # a SQLite gradebook holding the release (the workers start from a copy)
     settings: GradingSettings  # the run's, with where kernels run already checked
     folder: Path               # the run's private folder: the workers' folders go here
+    late: frozenset = frozenset()  # students whose file came late (their feedback page says so)
 
 
 class Backend(Protocol):

@@ -58,6 +58,7 @@ class TaskSpec:
     nb_name: str
     release_db: bytes         # a SQLite gradebook holding the release
     settings: str             # the run's GradingSettings, serialised (to_json)
+    late: list = field(default_factory=list)  # students whose file came late
 
 
 @dataclass
@@ -198,7 +199,7 @@ def grade_batch(spec: TaskSpec) -> BatchResult:
     with _LOCK, tempfile.TemporaryDirectory(prefix=f"grade-{tag}-") as tmp:
         (Path(tmp) / "release.db").write_bytes(spec.release_db)
         job = Job.prepare(Path(tmp) / "w", spec.assignment, spec.nb_name, dict(zip(spec.students, spec.notebooks)),
-                          Path(tmp) / "release.db", settings, threads=1, scratch=_scratch_base())
+                          Path(tmp) / "release.db", settings, threads=1, scratch=_scratch_base(), late=spec.late)
         with _environ(job.env()):
             tempfile.tempdir = None  # TMPDIR changed
             try:
@@ -269,7 +270,7 @@ class DaskBackend:
 
             def submit(students: list[str]):
                 task = TaskSpec(batch.assignment, students, [nbformat.writes(batch.notebooks[sid]) for sid in students],
-                                batch.nb_name, release_db, settings)
+                                batch.nb_name, release_db, settings, sorted(batch.late & set(students)))
                 key = f"grade-{batch.assignment}-{students[0]}-n{len(students)}-{os.getpid()}-{id(batch)}"
                 future = client.submit(grade_batch, task, key=key, pure=False, retries=1)
                 futures[future] = students

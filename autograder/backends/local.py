@@ -84,7 +84,7 @@ class LocalBackend:
         def prepare(name: str, share: list[str]) -> Job:
             return Job.prepare(batch.folder / "workers" / name, batch.assignment, batch.nb_name,
                                {sid: nbformat.writes(batch.notebooks[sid]) for sid in share}, batch.gradebook,
-                               batch.settings, threads)
+                               batch.settings, threads, late=batch.late & set(share))
 
         def run_all(jobs: list[Job], budget) -> list[Run]:
             ex = ThreadPoolExecutor(max_workers=max(1, len(jobs)))

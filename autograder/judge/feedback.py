@@ -116,7 +116,8 @@ class FeedbackExporter(HTMLExporter):
     of the time a feedback page takes.  The alt text is added with a regular expression."""
 
     sanitize_html = Bool(True)
-    provenance = Unicode("", help="how the page was graded, shown at its end (the run's settings)").tag(config=True)
+    facts = Unicode("", help="a JSON file with what the pages say besides the grades: 'provenance' (how they "
+                             "were graded) and 'late' (students whose file came late)").tag(config=True)
 
     @property
     def default_config(self):
@@ -135,13 +136,28 @@ class FeedbackExporter(HTMLExporter):
         yield ("clean_html", htmlsafe.sanitize)
         yield ("latex2mathml", htmlsafe.latex_to_html)
 
+    def _facts(self) -> dict:
+        import json
+        from pathlib import Path
+
+        if not self.facts:
+            return {}
+        try:
+            data = json.loads(Path(self.facts).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def from_notebook_node(self, nb, resources=None, **kw):
         langinfo = nb.metadata.get("language_info", {})
         lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
         self.register_filter("highlight_code", self.filters.get(
             "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
         resources = self._init_resources(resources)
-        resources["course_provenance"] = self.provenance
+        facts = self._facts()
+        student = (resources.get("nbgrader") or {}).get("student")
+        resources["course_provenance"] = str(facts.get("provenance", ""))
+        resources["course_late"] = student is not None and student in facts.get("late", [])
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(
             notebook_metadata=self._nb_metadata, parent=self, resources=resources))
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)

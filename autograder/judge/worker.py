@@ -140,6 +140,7 @@ class Job:
     threads: int = 1
     course: Path = ROOT
     scratch: Path | None = None   # where kernels' scratch folders go (default: the job's tmp/)
+    late: list = field(default_factory=list)  # students whose file came late (their page says so)
 
     @property
     def scratch_dir(self) -> Path:
@@ -148,7 +149,7 @@ class Job:
     @classmethod
     def prepare(cls, folder: Path, assignment: str, nb_name: str, notebooks: dict[str, str], gradebook: Path,
                 settings: GradingSettings, threads: int = 1, course: Path = ROOT,
-                scratch: Path | None = None) -> "Job":
+                scratch: Path | None = None, late=()) -> "Job":
         """Make the worker folder: a copy of ``gradebook`` (the release), each notebook (student
         id -> notebook JSON) where nbgrader looks for it, the course's kernelspec, ``job.json``."""
         import shutil
@@ -165,11 +166,13 @@ class Job:
             target.mkdir(parents=True)
             (target / nb_name).write_text(text)
         sandbox.install_kernelspec(folder / "jupyter", settings, threads=threads)
-        job = cls(folder, assignment, nb_name, sorted(notebooks), settings, threads, Path(course), scratch)
+        job = cls(folder, assignment, nb_name, sorted(notebooks), settings, threads, Path(course), scratch,
+                  sorted(late))
         (folder / JOB_FILE).write_text(json.dumps({
             "assignment": assignment, "nb_name": nb_name, "students": job.students, "threads": threads,
-            "course": str(course), "scratch": str(scratch) if scratch else None,
-            "settings": json.loads(settings.to_json())}))
+            "course": str(course), "scratch": str(scratch) if scratch else None, "late": job.late,
+            # what the feedback pages say besides the grades (autograder.judge.feedback.FeedbackExporter)
+            "provenance": settings.provenance, "settings": json.loads(settings.to_json())}))
         return job
 
     @classmethod
@@ -177,7 +180,8 @@ class Job:
         data = json.loads(Path(path).read_text())
         return cls(Path(path).parent, data["assignment"], data["nb_name"], list(data["students"]),
                    GradingSettings.from_json(json.dumps(data["settings"])), int(data["threads"]),
-                   Path(data["course"]), Path(data["scratch"]) if data.get("scratch") else None)
+                   Path(data["course"]), Path(data["scratch"]) if data.get("scratch") else None,
+                   list(data.get("late", [])))
 
     # what the process is given ---------------------------------------------------------
     def env(self) -> dict:
@@ -203,7 +207,7 @@ class Job:
         from which ``JudgedExecute`` takes every setting of the judge."""
         return [self.assignment, "--force", *GradingPaths(self.folder, self.course).nbgrader_flags(
             f"sqlite:///{self.folder / 'gradebook.db'}", steps=self.folder),
-            f"--JudgedExecute.job={self.folder / JOB_FILE}", f"--FeedbackExporter.provenance={self.settings.provenance}"]
+            f"--JudgedExecute.job={self.folder / JOB_FILE}", f"--FeedbackExporter.facts={self.folder / JOB_FILE}"]
 
     # running ---------------------------------------------------------------------------
     def run_here(self) -> int:

@@ -41,7 +41,7 @@ from typing import BinaryIO, Callable
 from autograder.text import csvsafe
 from .intake import MAX_NOTEBOOK_BYTES, student_id_from_name
 
-CANVAS_RE = re.compile(r"^(?P<name>[^_]+)_(?P<late>LATE_)?(?P<uid>\d{1,20})_(?P<subid>\d{1,20})_(?P<orig>.+)$")
+CANVAS_RE = re.compile(r"^(?P<name>[^_]+)_(?P<late>(?i:late)_)?(?P<uid>\d{1,20})_(?P<subid>\d{1,20})_(?P<orig>.+)$")
 MOODLE_RE = re.compile(r"^(?P<name>.+)_(?P<uid>\d{1,20})_assignsubmission_(?:file|onlinetext)_?$")
 RESUBMISSION_RE = re.compile(r"-(\d{1,6})\.ipynb$", re.I)   # attention-1.ipynb: Canvas' second upload
 

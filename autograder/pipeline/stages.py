@@ -228,8 +228,9 @@ def judge(run, subs: list[Submission]) -> dict:
     run.subs = subs
     if not queue:
         return {}
+    late = frozenset(s.student_id for s in subs if s.late)
     return run.backend.judge(Batch(run.assignment, run.release.notebook, queue, run.staging_gradebook,
-                                   run.settings, run.folder))
+                                   run.settings, run.folder, late))
 
 
 # ----------------------------------------------------------------------------- 6. commit

@@ -247,9 +247,19 @@ def regenerate_feedback(assignment: str, grading: Path, students: list[str], roo
 
     if not students:
         return
+    import json
+    import tempfile
+
+    from .classrecord import read_intake
+
     paths = GradingPaths(Path(grading), root or ROOT)
     note = (f"feedback rebuilt from the gradebook {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
             "(automatic tests, and the points and comments of the graders)")
-    cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force", *paths.nbgrader_flags(),
-           f"--FeedbackExporter.provenance={note}"]
-    subprocess.run(cmd, cwd=paths.course, env=nbgrader_env(), capture_output=True, text=True)
+    late = sorted(i["student_id"] for i in read_intake(paths.gradebook_url, assignment).values()
+                  if i.get("late") and i.get("student_id"))
+    with tempfile.TemporaryDirectory(prefix="feedback-") as tmp:
+        facts = Path(tmp) / "facts.json"
+        facts.write_text(json.dumps({"provenance": note, "late": late}))
+        cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force", *paths.nbgrader_flags(),
+               f"--FeedbackExporter.facts={facts}"]
+        subprocess.run(cmd, cwd=paths.course, env=nbgrader_env(), capture_output=True, text=True)
