@@ -53,7 +53,10 @@ def staging_copy(url: str, path: Path, assignment: str) -> Path:
     if source is not None:
         shutil.copy(source, path)
         return path
-    with Gradebook(f"sqlite:///{path}"):  # nbgrader's schema
+    from autograder.course.paths import nbgrader_env
+    from autograder.course.settings import environ
+
+    with environ({"PATH": nbgrader_env()["PATH"]}), Gradebook(f"sqlite:///{path}"):  # nbgrader's schema (alembic)
         pass
     tables = Base.metadata.tables
     src, dst = sa.create_engine(url), sa.create_engine(f"sqlite:///{path}")
