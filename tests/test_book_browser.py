@@ -202,10 +202,13 @@ REPORT = """
 })()
 """
 
-# Runs after REPORT: axe-core's WCAG 2.1 A/AA rules on the whole page, violations only.
+# Runs after REPORT: axe-core's WCAG 2.1 A/AA rules on the whole page, violations only. No
+# preloading: axe would fetch the page's stylesheets again with XMLHttpRequest, which file://
+# pages may not do (errors in the console); only the rule css-orientation-lock reads them.
 AXE = """
 (async () => {
-  const result = await axe.run(document, {runOnly: {type: 'tag', values: %s}, resultTypes: ['violations']});
+  const result = await axe.run(document, {runOnly: {type: 'tag', values: %s}, resultTypes: ['violations'],
+                                          preload: false});
   return JSON.stringify(result.violations.map(v => ({
     id: v.id, impact: v.impact, help: v.help,
     nodes: v.nodes.map(n => n.target.join(' ')).slice(0, 3), count: v.nodes.length})));
