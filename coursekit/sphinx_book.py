@@ -71,6 +71,20 @@ def _choose_source(app, config) -> None:
         config.mathjax_path = CDN
 
 
+def _check_figure_renderer(app, config) -> None:
+    """The renderer ``course`` is an entry point of this package: an environment that installed
+    an older version of it has none, and myst-nb would stop with "No Entry Point found"."""
+    from importlib.metadata import entry_points
+
+    from sphinx.util import logging
+
+    if config.nb_render_plugin == "course" and not entry_points(group="myst_nb.renderers", name="course"):
+        logging.getLogger(__name__).warning(
+            "the book's figure renderer is not installed (scripts/env.sh installs it with the course "
+            "package): figures are built without their alt text and captions")
+        config.nb_render_plugin = "default"
+
+
 def _copy_into_static(app, exception) -> None:
     es5 = getattr(app, "course_mathjax_es5", None)
     if exception is not None or es5 is None or app.builder.format != "html":
@@ -156,6 +170,7 @@ def _accessible_body(app, pagename, templatename, context, doctree) -> None:
 
 def setup(app):
     app.connect("config-inited", _choose_source)
+    app.connect("config-inited", _check_figure_renderer)
     app.connect("html-page-context", _drop_repeated_scripts, priority=900)  # after the others added theirs
     app.connect("html-page-context", _accessible_body)
     app.connect("build-finished", _copy_into_static)
