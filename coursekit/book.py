@@ -15,13 +15,22 @@ formatted string and is cited without a spec: {glue:text}`name`.
 
 When ``myst_nb`` is not installed (e.g. on Colab) ``glue`` prints
 ``name = value`` instead, so the pages run anywhere.
+
+Figures
+-------
+A page shows a figure with ``show(fig, alt=..., caption=...)`` instead of ``plt.show()``.
+The alt text says what the figure shows and what to take from it, for readers who cannot
+see it (screen readers read it aloud); it is an f-string, so it can quote the page's own
+computed numbers.  The caption is one short sentence printed under the figure in the book.
+Both travel in the output's metadata (``{"image/png": {"alt": ..., "caption": ...}}``),
+where the book's renderer (``coursekit.sphinx_book.FigureRenderer``) reads them.
 """
 from __future__ import annotations
 
 import numbers
 from typing import Any, Sequence
 
-__all__ = ["glue", "heatmap", "fit_loglog_slope", "set_style", "show_source"]
+__all__ = ["glue", "heatmap", "fit_loglog_slope", "set_style", "show", "show_source"]
 
 
 def _plain(value: Any) -> Any:
@@ -58,6 +67,49 @@ def glue(name: str, value: Any, fmt: str | None = None) -> None:
         print(f"{name} = {value}")
     else:
         _myst_glue(name, value, display=False)
+
+
+MIN_ALT_WORDS = 8  # a screen reader user should learn more than a title
+
+
+def figure_metadata(alt: str, caption: str | None = None) -> dict:
+    """The output metadata ``show`` attaches to a figure; checks the texts first."""
+    if not isinstance(alt, str) or len(alt.split()) < MIN_ALT_WORDS:
+        raise ValueError(f"show(): alt text must say in at least {MIN_ALT_WORDS} words what the figure "
+                         f"shows and what to take from it, got {alt!r}")
+    if "$" in alt or (caption and "$" in caption):
+        raise ValueError("show(): alt text and caption are plain text, not TeX: write the symbols out "
+                         f"(got {alt if '$' in alt else caption!r})")
+    meta = {"alt": " ".join(alt.split())}
+    if caption is not None:
+        if not isinstance(caption, str) or not caption.strip():
+            raise ValueError(f"show(): caption must be a non-empty sentence, got {caption!r}")
+        meta["caption"] = " ".join(caption.split())
+    return {"image/png": meta}
+
+
+def show(fig=None, *, alt: str, caption: str | None = None) -> None:
+    """Show ``fig`` (default: the current figure) with its alt text and caption, then close it.
+
+    Use it where a page would call ``plt.show()``: inside a notebook the figure appears as
+    usual, and the book puts ``alt`` on the image and ``caption`` under it (see the module
+    docstring).  Outside a notebook it only closes the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig = plt.gcf() if fig is None else fig
+    metadata = figure_metadata(alt, caption)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        shell = None
+    else:
+        shell = get_ipython()
+    if shell is not None:
+        from IPython.display import display
+
+        display(fig, metadata=metadata)
+    plt.close(fig)  # shown once: the inline backend would otherwise show it again at the end of the cell
 
 
 def _inline_figures_in_kernels() -> None:

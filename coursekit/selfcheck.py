@@ -16,6 +16,7 @@ Nothing here imports nbgrader, so the self-check works on Colab as in JupyterLab
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
 import io
@@ -45,6 +46,33 @@ def use_assignment(name: str) -> None:
     """Remember which assignment this kernel works on (the setup cell calls this)."""
     load_spec(name)  # fail early with a clear message if it is unknown
     _current["assignment"] = name
+    _quiet_hidden_test_cells()
+
+
+_HIDDEN_DOC = re.compile(r"^\s*Q\d+\s+hidden\s*:")
+
+
+class _NoEchoForHiddenTests(ast.NodeTransformer):
+    """In a student's notebook a hidden-test cell holds only its docstring (its tests are
+    removed), and IPython would echo that string as the cell's ``Out[]``. A ``pass`` after
+    it makes the cell end in a statement, which IPython does not echo."""
+
+    def visit_Module(self, node):
+        body = node.body
+        if (len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str) and _HIDDEN_DOC.match(body[0].value.value)):
+            body.append(ast.copy_location(ast.Pass(), body[0]))
+        return node
+
+
+def _quiet_hidden_test_cells() -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and not any(isinstance(t, _NoEchoForHiddenTests) for t in shell.ast_transformers):
+        shell.ast_transformers.append(_NoEchoForHiddenTests())
 
 
 def load_spec(name: str) -> dict:
@@ -63,13 +91,56 @@ def load_spec(name: str) -> dict:
 # ---------------------------------------------------------------------------------------
 
 _collectors: list[list[str]] = []   # check() collects warnings here while a test runs
+_running: list[tuple[str, dict]] = []  # ... and the question of that test, and the answers' questions
+
+
+class Unchecked(str):
+    """A warning that a check could not run at all (something it needs is not defined): it
+    says nothing about a hidden test, which may well pass."""
 
 
 def _warn(message: str) -> None:
     if _collectors:
         _collectors[-1].append(message)
+    elif isinstance(message, Unchecked):
+        print(f"Warning: {message}")
     else:  # the test cell itself, run by hand or by the grader: say it in the cell's output
         print(f"Warning: {message} (not graded here: a hidden test grades this)")
+
+
+_DOCSTRING_QUESTION = re.compile(r'^\s*"""\s*(Q\d+)\b')
+
+
+def _current_question() -> str | None:
+    """The question of the test that is running: known to check(); for a test cell run by
+    hand, read from the docstring of the cell IPython is running."""
+    if _running:
+        return _running[-1][0]
+    try:
+        from IPython import get_ipython
+
+        cell = get_ipython().user_ns["In"][-1]
+    except Exception:  # noqa: BLE001 - not in IPython, or no input history
+        return None
+    m = _DOCSTRING_QUESTION.match(cell) if isinstance(cell, str) else None
+    return m.group(1).upper() if m else None
+
+
+def _not_defined(name: str) -> Unchecked:
+    """What to say when a check needs ``name`` and the notebook has not defined it."""
+    answers = _running[-1][1] if _running else {}
+    if not _running:
+        with contextlib.suppress(Exception):  # no assignment known: the message names no question
+            answers = load_spec(_current["assignment"]).get("answers", {})
+    own, theirs = _current_question(), answers.get(name)
+    if theirs and theirs != own:
+        return Unchecked(f"{own or 'this question'} could not be checked: it uses {name}, your answer to "
+                         f"{theirs}, which is not defined (run the cell with your answer to {theirs} and fix "
+                         "what it reports)")
+    if theirs:
+        return Unchecked(f"could not be checked: {name} is not defined (run the cell with your answer)")
+    return Unchecked(f"could not be checked: {name} is not defined (run the cells above this one, "
+                     "or Restart and run all)")
 
 
 class warn_only:
@@ -94,7 +165,10 @@ class warn_only:
             _warn(str(exc) or "a check failed")
             return True
         if getattr(exc, "from_student", False):
-            if isinstance(exc, NotImplementedError):
+            undefined = _NAME_RE.search(str(exc)) if isinstance(exc, NameError) else None
+            if undefined:
+                _warn(_not_defined(undefined.group(1)))
+            elif isinstance(exc, NotImplementedError):
                 _warn("not answered yet")
             else:
                 name = getattr(exc, "student_type", None) or type(exc).__name__
@@ -271,12 +345,14 @@ def _run_test(test: dict, ns: dict, ctx: _Context) -> Outcome:
     out = Outcome(test["question"], test["grade_id"], test.get("points", 0), _description(test), "pass")
     code = compile(test["source"], f"<check {test['grade_id']}>", "exec")
     _collectors.append(out.warnings)
+    _running.append((test["question"], ctx.answers))
     try:
         exec(code, ns)
     except Exception as exc:  # noqa: BLE001 - every failure is reported, none propagates
         out.status, out.reason = ctx.explain(exc, test, test["source"])
     finally:
         _collectors.pop()
+        _running.pop()
     return out
 
 
@@ -358,7 +434,8 @@ class Report:
                 head = f"  [{'PASS' if o.passed else 'FAIL'}] visible ({_points(o.points)}): "
                 text.append(head + (o.description if o.passed else o.reason))
                 for w in o.warnings:
-                    text.append(f"  [WARN] {w} (no points lost here, but a hidden test of {q} will fail)")
+                    text.append(f"  [WARN] {w}" if isinstance(w, Unchecked) else
+                                f"  [WARN] {w} (no points lost here, but a hidden test of {q} will fail)")
             for t in (t for t in self.hidden if t["question"] == q):
                 text.append(f"  hidden ({_points(t.get('points', 0))}, run when graded): {_description(t)}")
         n, bad = len(self.outcomes), len(self.failed)

@@ -4,6 +4,17 @@
 * The executed copy of a page, ``_build/jupyter_execute/<page>.ipynb``, holds its outputs.
   When a page's outputs come from the execution cache, myst-nb 1.x renders the cached outputs
   but writes the copy from the unexecuted source; we put the cached outputs back in.
+* Figures carry their alt text and caption: ``coursekit.book.show`` stores them in the
+  output's metadata, and :class:`FigureRenderer` (myst-nb's renderer, chosen in
+  ``_config.yml`` with ``nb_render_plugin: course``) puts the alt text on the image and wraps
+  it in a numbered figure with the caption.  myst-nb itself reads only width and height there.
+* Two fixes to the HTML of the page body for assistive technology (WCAG 2.1 A/AA, as axe-core
+  checks it in tests/test_book_browser.py). docutils marks each bibliography entry with the
+  deprecated ARIA role ``doc-biblioentry`` inside a ``role="list"`` that then has no list
+  items (axe-core: aria-deprecated-role, aria-required-children); the entries get
+  ``role="listitem"``, which DPUB-ARIA 1.1 asks for instead. myst-nb names the folded setup
+  cell's toggle "Toggle hidden content" while it shows "Show code cell source" (WCAG 2.5.3,
+  label-content-name-mismatch); without the aria-label its name is what it shows.
 * A page never gets the same inline script twice. Scripts that extensions add while the
   build runs (sphinx-thebe's configuration, sphinx-togglebutton's selector) reach the page
   twice with Sphinx 7.4, and a second ``const THEBE_JS_URL = ...`` is a JavaScript error
@@ -24,9 +35,13 @@ the build says so: math then needs the network.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
+
+from docutils import nodes
+from myst_nb.core.render import MimeData, NbElementRenderer
 
 ENTRY = "tex-mml-chtml.js"  # the combined component Sphinx loads by default (TeX and MathML in, HTML out)
 CDN = f"https://cdn.jsdelivr.net/npm/mathjax@3/es5/{ENTRY}"
@@ -54,6 +69,20 @@ def _choose_source(app, config) -> None:
             "MathJax is not installed (scripts/env.sh installs it with npm): the pages load it "
             "from a CDN and show raw TeX without a network")
         config.mathjax_path = CDN
+
+
+def _check_figure_renderer(app, config) -> None:
+    """The renderer ``course`` is an entry point of this package: an environment that installed
+    an older version of it has none, and myst-nb would stop with "No Entry Point found"."""
+    from importlib.metadata import entry_points
+
+    from sphinx.util import logging
+
+    if config.nb_render_plugin == "course" and not entry_points(group="myst_nb.renderers", name="course"):
+        logging.getLogger(__name__).warning(
+            "the book's figure renderer is not installed (scripts/env.sh installs it with the course "
+            "package): figures are built without their alt text and captions")
+        config.nb_render_plugin = "default"
 
 
 def _copy_into_static(app, exception) -> None:
@@ -103,9 +132,47 @@ def _executed_copies_with_outputs(app, exception) -> None:
         nbformat.write(merged, path)
 
 
+class FigureRenderer(NbElementRenderer):
+    """myst-nb's renderer, plus the alt text and caption that ``coursekit.book.show`` stores
+    in a figure output's metadata (registered as the myst-nb renderer ``course``)."""
+
+    def render_image(self, data: MimeData) -> list[nodes.Element]:
+        rendered = super().render_image(data)
+        meta = (data.output_metadata or {}).get(data.mime_type, {})
+        if len(rendered) != 1 or not isinstance(meta, dict):
+            return rendered
+        image = rendered[0]
+        if meta.get("alt"):
+            image["alt"] = str(meta["alt"])
+        if not meta.get("caption"):
+            return rendered
+        figure = nodes.figure("", image, classes=["course-figure"])
+        # an id makes Sphinx number the figure ("Fig. 3.2"); the image's file name is its hash
+        figure["ids"].append("fig-" + Path(image["uri"]).stem[:16])
+        figure += nodes.caption(str(meta["caption"]), str(meta["caption"]))
+        return [figure]
+
+
+_BIBLIOENTRY = re.compile(r'(<div class="citation" id="[^"]*") role="doc-biblioentry"')
+_TOGGLE_SUMMARY = '<summary aria-label="Toggle hidden content">'
+
+
+def accessible_body(body: str) -> str:
+    """The page body with the two fixes of the module docstring."""
+    body = _BIBLIOENTRY.sub(r'\1 role="listitem"', body)
+    return body.replace(_TOGGLE_SUMMARY, "<summary>")
+
+
+def _accessible_body(app, pagename, templatename, context, doctree) -> None:
+    if context.get("body"):
+        context["body"] = accessible_body(context["body"])
+
+
 def setup(app):
     app.connect("config-inited", _choose_source)
+    app.connect("config-inited", _check_figure_renderer)
     app.connect("html-page-context", _drop_repeated_scripts, priority=900)  # after the others added theirs
+    app.connect("html-page-context", _accessible_body)
     app.connect("build-finished", _copy_into_static)
     app.connect("build-finished", _executed_copies_with_outputs)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -88,6 +88,19 @@ if ! grep -qs "\"version\": \"$MATHJAX_VERSION\"" "$MATHJAX_PREFIX/node_modules/
   fi
 fi
 
+# axe-core checks every built page for WCAG 2.1 A/AA violations in the browser test
+# (tests/test_book_browser.py injects it into Chromium). Same route as MathJax: pinned, from the
+# npm registry, into the virtual environment, never into the repository.
+AXE_VERSION=4.14.1
+AXE_PREFIX="$VENV/share/axe"
+if ! grep -qs "\"version\": \"$AXE_VERSION\"" "$AXE_PREFIX/node_modules/axe-core/package.json"; then
+  echo "== installing axe-core $AXE_VERSION into $AXE_PREFIX"
+  if ! { command -v npm >/dev/null 2>&1 &&
+         npm install --prefix "$AXE_PREFIX" --no-audit --no-fund --silent "axe-core@$AXE_VERSION" >/dev/null 2>&1; }; then
+    echo "   could not install axe-core with npm: the accessibility check of the browser test will fail"
+  fi
+fi
+
 # Book pages draw their figures inline. A kernel that inherits a non-interactive backend
 # (MPLBACKEND=Agg) runs plt.show() without showing anything, and the built book then has no
 # figure at all; the processes that need Agg choose it themselves (autograder/records/export.py,

@@ -41,3 +41,20 @@ def images_in_outputs(cell) -> int:
 def executed(page: Path, build: Path):
     """The executed copy of a page that the book build wrote (myst-nb's jupyter_execute)."""
     return read(build / "jupyter_execute" / "book" / page.name)
+
+
+MIN_ALT_WORDS = 8  # as coursekit.book.show requires (coursekit.book.MIN_ALT_WORDS)
+
+
+def alt_problem(figure: dict) -> str | None:
+    """Why the alt text of ``figure`` ({"src": image file name, "alt": its alt text}) would not
+    serve a reader who cannot see the figure, or None if it would."""
+    alt = figure["alt"].strip()
+    if not alt:
+        return "no alt text"
+    stem = figure["src"].rsplit(".", 1)[0]
+    if stem in alt or alt.lower().endswith((".png", ".jpg", ".jpeg", ".svg")) or "_images/" in alt:
+        return f"alt text is a file name: {alt[:60]!r}"
+    if len(alt.split()) < MIN_ALT_WORDS:
+        return f"alt text says too little: {alt!r}"
+    return None

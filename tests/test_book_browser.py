@@ -9,7 +9,10 @@ page makes and requires all of them to stay inside the build. Then, per page:
 * at least as many images have loaded (``naturalWidth > 0``) as the page's source makes figures;
 * the math is typeset: no raw ``\\(``, ``\\[`` or ``$$`` in the visible text, no MathJax error;
 * no JavaScript error reached the console;
-* the Colab button points at this page's notebook.
+* the Colab button points at this page's notebook;
+* every figure has alt text that says something (words, not a file name) and a caption;
+* axe-core (pinned; scripts/env.sh installs it from npm into the virtual environment) finds no
+  violation of the WCAG 2.1 A and AA rules.
 
 One screenshot per page goes to ``_build/screenshots/`` so that a person can look.
 """
@@ -23,13 +26,14 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import coursekit
-from bookcheck import PAGES, ROOT, figures_by_cell, read
+from bookcheck import PAGES, ROOT, alt_problem, figures_by_cell, read
 
 # every page of the book: the executable chapters and the Markdown pages (intro, assignments, references)
 ALL_PAGES = PAGES + sorted((ROOT / "book").glob("*.md"))
@@ -41,6 +45,10 @@ pytestmark = pytest.mark.skipif(
            "the browser test of the built book is skipped")
 
 SHOTS = ROOT / "_build" / "screenshots"
+# axe-core, installed by scripts/env.sh (COURSE_AXE_JS may name another copy of axe.min.js)
+AXE_JS = Path(os.environ.get("COURSE_AXE_JS") or
+              Path(sys.prefix) / "share" / "axe" / "node_modules" / "axe-core" / "axe.min.js")
+WCAG = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]  # the rules of WCAG 2.1 levels A and AA
 WIDTH, HEIGHT = 1280, 900
 TILE = 3000  # pixels of page per screenshot tile
 HEADER = 120  # the sticky top bar and a margin
@@ -155,6 +163,10 @@ def browser(built_book, tmp_path_factory):
         session = tools.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             tools.send(f"{domain}.enable", session=session)
+        assert AXE_JS.is_file(), (f"axe-core is not installed ({AXE_JS} is missing): run scripts/env.sh, "
+                                  "which installs it with npm")
+        # every page gets axe-core before its own scripts run; it fetches nothing
+        tools.send("Page.addScriptToEvaluateOnNewDocument", {"source": AXE_JS.read_text()}, session=session)
         shutil.rmtree(SHOTS, ignore_errors=True)  # no stale screenshots of renamed pages
         SHOTS.mkdir(parents=True)
         yield tools, session, built_book
@@ -179,11 +191,29 @@ REPORT = """
     typeset: document.querySelectorAll('mjx-container').length,
     math_errors: document.querySelectorAll('mjx-merror').length,
     colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]')).map(a => a.href),
+    figures: imgs.filter(i => i.src.includes('/_images/')).map(i => {
+      const fig = i.closest('figure');
+      const cap = fig && fig.querySelector('figcaption');
+      return {src: i.src.split('/').pop(), alt: i.getAttribute('alt') || '', caption: cap ? cap.innerText.trim() : ''};
+    }),
     height: Math.ceil(document.documentElement.scrollHeight),
     chars: visible.length,
   });
 })()
 """
+
+# Runs after REPORT: axe-core's WCAG 2.1 A/AA rules on the whole page, violations only. No
+# preloading: axe would fetch the page's stylesheets again with XMLHttpRequest, which file://
+# pages may not do (errors in the console); only the rule css-orientation-lock reads them.
+AXE = """
+(async () => {
+  const result = await axe.run(document, {runOnly: {type: 'tag', values: %s}, resultTypes: ['violations'],
+                                          preload: false});
+  return JSON.stringify(result.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help,
+    nodes: v.nodes.map(n => n.target.join(' ')).slice(0, 3), count: v.nodes.length})));
+})()
+""" % json.dumps(WCAG)
 
 
 def _whole_page_png(tools, session, height: int) -> bytes:
@@ -235,6 +265,10 @@ def test_page_in_the_browser(browser, page):
     result = tools.send("Runtime.evaluate", {"expression": REPORT, "awaitPromise": True, "returnByValue": True},
                         session=session)
     report = json.loads(result["result"]["value"])
+    axe = tools.send("Runtime.evaluate", {"expression": AXE, "awaitPromise": True, "returnByValue": True},
+                     session=session)
+    assert "exceptionDetails" not in axe, f"{page.name}: axe-core did not run: {axe['exceptionDetails']}"
+    violations = json.loads(axe["result"]["value"])
 
     (SHOTS / f"{page.stem}.png").write_bytes(_whole_page_png(tools, session, report["height"]))
 
@@ -259,3 +293,9 @@ def test_page_in_the_browser(browser, page):
         target = f"https://colab.research.google.com/github/{coursekit.REPO}/blob/main/book/{page.name}"
         assert report["colab"] and all(link == target for link in report["colab"]), \
             f"{page.name}: Colab button points at {report['colab']}, not {target}"
+    bad_alt = [(f["src"], why) for f in report["figures"] if (why := alt_problem(f))]
+    assert not bad_alt, f"{page.name}: figures a screen reader cannot describe: {bad_alt[:3]}"
+    uncaptioned = [f["src"] for f in report["figures"] if not f["caption"]]
+    assert not uncaptioned, f"{page.name}: figures without a caption: {uncaptioned[:3]}"
+    assert not violations, f"{page.name}: axe-core finds WCAG 2.1 A/AA violations: " + "; ".join(
+        f"{v['id']} ({v['impact']}, {v['count']} nodes, e.g. {v['nodes']}): {v['help']}" for v in violations)

@@ -19,6 +19,7 @@ import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from bookcheck import alt_problem, figures_in_cell  # noqa: E402
 from coursekit import book  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,39 @@ def test_heatmap_accepts_tensors_and_rejects_vectors():
         plt.close(fig)
 
 
+def test_show_attaches_alt_text_and_caption(monkeypatch):
+    IPython = pytest.importorskip("IPython")
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())  # as inside a notebook
+    monkeypatch.setattr(IPython.display, "display", lambda obj, metadata=None: shown.append((obj, metadata)))
+    fig, _ = plt.subplots()
+    alt = "A line plot of the loss against the step, falling from 2.3 to 0.4 nats."
+    book.show(fig, alt=alt, caption="The loss  falls.")
+    assert shown == [(fig, {"image/png": {"alt": alt, "caption": "The loss falls."}})]
+    assert not plt.fignum_exists(fig.number)  # closed: the inline backend does not show it again
+
+
+@pytest.mark.parametrize("alt, caption", [("", None), ("a plot", None), (None, None),
+                                          ("A plot of $x^2$ against x for x from minus one to one.", None),
+                                          ("A plot of the loss against the step, falling steadily.", "  ")])
+def test_show_refuses_alt_text_that_describes_nothing(alt, caption):
+    fig, _ = plt.subplots()
+    try:
+        with pytest.raises(ValueError, match="show\\(\\)"):
+            book.show(fig, alt=alt, caption=caption)
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("alt, ok", [
+    ("", False), ("70119dc5e1.png", False), ("../_images/70119dc5e1.png", False), ("A loss curve.", False),
+    ("A log-scale plot of the error against the step, falling in a straight line to 1e-9.", True)])
+def test_alt_problem_tells_description_from_file_name(alt, ok):
+    assert (alt_problem({"src": "70119dc5e1.png", "alt": alt}) is None) == ok
+
+
 def test_fit_loglog_slope_and_style():
     x = np.array([1.0, 2.0, 4.0, 8.0])
     assert book.fit_loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
@@ -203,6 +237,36 @@ def test_page_plots(page):
     assert PLOT_CALL.search(code), f"{path.name} makes no plot"
 
 
+SHOW_CALL = re.compile(r"\bshow\(")
+
+
+def test_every_figure_is_shown_with_alt_text_and_a_caption(page):
+    # plt.show() would give the figure no alt text: a screen reader reads the image's file name
+    path, nb = page
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        assert "plt.show(" not in cell.source, \
+            f"{path.name}:{cell.id} calls plt.show(): use show(fig, alt=..., caption=...) from coursekit.book"
+        figures, shown = figures_in_cell(cell.source), len(SHOW_CALL.findall(cell.source))
+        assert shown >= figures, f"{path.name}:{cell.id} makes {figures} figure(s) but shows {shown}"
+        calls = SHOW_CALL.split(cell.source)[1:]
+        for call in calls[:figures]:
+            assert "alt=" in call and "caption=" in call, f"{path.name}:{cell.id}: show() without alt= and caption="
+
+
+GLUED_HEADING = re.compile(r"[^\s#]#{1,6} \S")  # "...nonsense.## GPT-2": a heading that starts no line
+
+
+def test_headings_start_a_line():
+    pages = [(p.name, c.source) for p in PAGES for c in nbformat.read(p, as_version=4).cells
+             if c.cell_type == "markdown"] + [(p.name, p.read_text()) for p in (ROOT / "book").glob("*.md")]
+    for name, text in pages:
+        prose = re.sub(r"`[^`]*`", "", re.sub(r"\$[^$]*\$", "", text))  # code and math may hold a #
+        glued = GLUED_HEADING.search(prose)
+        assert not glued, f"{name}: a heading glued to the text before it: {glued.group(0)!r}"
+
+
 def test_every_glued_name_in_prose_is_glued_in_code(page):
     path, nb = page
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
@@ -259,6 +323,35 @@ def test_sphinx_extension_finds_mathjax(monkeypatch, tmp_path):
     assert sphinx_book.find_mathjax() is None  # no entry script there
     (tmp_path / sphinx_book.ENTRY).write_text("// MathJax")
     assert sphinx_book.find_mathjax() == tmp_path
+
+
+def test_figure_renderer_puts_alt_text_and_caption_on_the_image(monkeypatch):
+    from docutils import nodes
+    from myst_nb.core.render import MimeData, NbElementRenderer
+
+    from coursekit import sphinx_book
+
+    monkeypatch.setattr(NbElementRenderer, "render_image", lambda self, data: [nodes.image(uri="_build/abc123.png")])
+    renderer = object.__new__(sphinx_book.FigureRenderer)
+    meta = book.figure_metadata("A bar chart of three counts, the last one twice the others.", "Counts.")
+    [figure] = renderer.render_image(MimeData("image/png", "", output_metadata=meta))
+    assert isinstance(figure, nodes.figure) and figure["ids"] == ["fig-abc123"]
+    image, caption = figure.children
+    assert image["alt"] == meta["image/png"]["alt"] and caption.astext() == "Counts."
+    # without metadata (a figure shown with plt.show) the image is left as myst-nb made it
+    [plain] = renderer.render_image(MimeData("image/png", ""))
+    assert isinstance(plain, nodes.image) and "alt" not in plain
+
+
+def test_accessible_body_fixes_the_bibliography_and_the_cell_toggle():
+    from coursekit.sphinx_book import accessible_body
+
+    body = ('<div role="list" class="citation-list">\n<div class="citation" id="id3" role="doc-biblioentry">'
+            '<span class="label">x</span></div>\n</div><details class="admonition hide above-input">\n'
+            '<summary aria-label="Toggle hidden content">\n<p>Show code cell source</p>')
+    fixed = accessible_body(body)
+    assert 'role="doc-biblioentry"' not in fixed and '<div class="citation" id="id3" role="listitem">' in fixed
+    assert "aria-label" not in fixed and "<summary>\n<p>Show code cell source</p>" in fixed
 
 
 def test_sphinx_extension_keeps_one_copy_of_each_script():

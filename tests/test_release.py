@@ -103,3 +103,40 @@ def test_nbgrader_validate_invert_on_exercise(src):
     assert len(passed) == len(hidden_only), f"cells passed on an untouched notebook: {passed}"
     for cell in hidden_only:
         assert cell.source.strip().startswith('"""'), "a hidden-only cell keeps its one-line docstring"
+
+
+def _names_a_cell_binds(tree) -> set[str]:
+    import ast
+
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    names |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    names |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    names |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+              for a in n.names}
+    names |= {h.name for h in ast.walk(tree) if isinstance(h, ast.ExceptHandler) and h.name}
+    return names
+
+
+@pytest.mark.parametrize("src", source_notebooks(), ids=lambda p: p.parent.name)
+def test_visible_tests_use_only_names_defined_above_them(src):
+    """Run from top to bottom, every name a visible test reads is defined by a cell above it: a
+    helper defined further down made the correct finetune solution warn "NameError:
+    tiny_classifier is not defined"."""
+    import ast
+    import builtins
+
+    from autograder.release import _is_test, _names_used
+
+    defined = set(dir(builtins)) | {"display", "In", "Out", "get_ipython"}  # what a kernel provides
+    for cell in read_nb(ROOT / "exercises" / src.parent.name / src.name).cells:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        if _is_test(cell):
+            own = _names_a_cell_binds(tree)
+            used = {n for node in tree.body for n in _names_used(node)}
+            missing = sorted(used - own - defined)
+            assert not missing, (f"{src.parent.name}: visible test {cell.metadata['nbgrader']['grade_id']} "
+                                 f"uses {missing}, defined only below it (or nowhere)")
+        else:
+            defined |= _names_a_cell_binds(tree)

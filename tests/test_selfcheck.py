@@ -114,3 +114,61 @@ assert not [m for m in sys.modules if m.startswith("nbgrader.")]
                           env={**__import__("os").environ, "COURSE_MODEL_SOURCE": "offline"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "All 6 visible tests passed" in proc.stdout, proc.stdout
+
+
+def test_a_check_that_needs_an_undefined_answer_says_so(monkeypatch):
+    """Q1's cell has a syntax error, so get_multihead_qkv is not defined. Q2's visible test uses it in
+    a warn_only block: the warning says that Q2 could not be checked because of Q1, not that the
+    student's code raised NameError, and promises no failing hidden test. Run by check() and by hand."""
+    from notebook_run import NotebookRun
+
+    run = NotebookRun("attention")
+    # as a cell with a syntax error runs: it stops at once, and defines nothing
+    broken = {"get_multihead_qkv": "raise SyntaxError(\"expected ':'\")\ndef get_multihead_qkv(x, w_q, w_k, w_v, n_head):\n    pass\n"}
+    out = run.check("q2", replace=broken)
+    assert "[WARN] Q2 could not be checked: it uses get_multihead_qkv, your answer to Q1, which is not defined" \
+        in out, out
+    assert "raised NameError" not in out and "hidden test of Q2 will fail" not in out, out
+    ns = run.namespace(broken)
+    test = next(c.source for c in run.nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                == "test_calculate_multihead_attention_causal")
+    ns["In"].append(test)  # what IPython's In holds while it runs the cell
+    import contextlib
+    import io
+    import types
+
+    import IPython
+
+    from coursekit.selfcheck import use_assignment
+
+    use_assignment("attention")
+    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace(user_ns=ns))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(test, ns)
+    assert "Warning: Q2 could not be checked: it uses get_multihead_qkv, your answer to Q1" in printed.getvalue(), \
+        printed.getvalue()
+    assert "hidden test grades this" not in printed.getvalue()
+
+
+def test_hidden_test_cells_echo_nothing():
+    """In the student's notebook a hidden-test cell is only its docstring: after the setup cell
+    (use_assignment) IPython shows no Out[] for it, and other cells still show their value.
+    In a fresh process, since an IPython shell, once created, is what get_ipython() returns."""
+    import subprocess
+    import sys
+
+    code = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+hidden = '\\"\\"\\"Q2 hidden: outputs match a reference (abs. error <= 1e-5).\\"\\"\\"'
+before = shell.run_cell(hidden).result
+from coursekit.selfcheck import use_assignment
+use_assignment("attention")
+use_assignment("attention")  # the setup cell run twice adds one transformer, not two
+print(repr(before is not None), repr(shell.run_cell(hidden).result), repr(shell.run_cell("1 + 1").result),
+      len(shell.ast_transformers))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-4:] == ["True", "None", "2", "1"], proc.stdout
