@@ -68,7 +68,8 @@ def test_the_student_course_holds_what_students_need_and_nothing_else(published)
     assert "nbgrader" not in requirements and "torch==" in requirements
     assert "bubblewrap" not in (dest / "scripts" / "env.sh").read_text()
     meta = (dest / "pyproject.toml").read_text()
-    assert 'packages = ["coursekit", "coursekit.checks"]' in meta and "transformers>=" in meta
+    assert 'packages = ["coursekit", "coursekit.checks", "coursekit.remote"' in meta and "transformers>=" in meta
+    assert 'course = "coursekit.sphinx_book:FigureRenderer"' in meta  # the book's alt text and captions
 
 
 def test_no_solution_hidden_test_or_mark_scheme_reaches_the_student_course(published):

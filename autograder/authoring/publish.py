@@ -269,8 +269,12 @@ def student_readme(course: Course) -> str:
         """).replace("{table}", readme_table(course))
 
 
-def student_pyproject(course: Course) -> str:
+def student_pyproject(course: Course, root: Path = ROOT) -> str:
     deps = ", ".join(f'"{d}"' for d in STUDENT_DEPENDENCIES)
+    # coursekit and every package inside it (coursekit.checks holds data only)
+    found = sorted(".".join(p.parent.relative_to(root).parts) for p in (root / "coursekit").rglob("__init__.py")
+                   if "__pycache__" not in p.parts)
+    packages = ", ".join(f'"{name}"' for name in ["coursekit", "coursekit.checks", *[n for n in found if n != "coursekit"]])
     return textwrap.dedent(f"""\
         [build-system]
         requires = ["setuptools>=64"]
@@ -285,8 +289,12 @@ def student_pyproject(course: Course) -> str:
         # when they fit (tests/test_compat.py in the instructor repository checks the lower ends).
         dependencies = [{deps}]
 
+        [project.entry-points."myst_nb.renderers"]
+        # the book's figures: alt text and caption (coursekit/sphinx_book.py)
+        course = "coursekit.sphinx_book:FigureRenderer"
+
         [tool.setuptools]
-        packages = ["coursekit", "coursekit.checks"]
+        packages = [{packages}]
 
         [tool.setuptools.package-data]
         "coursekit.checks" = ["*.json"]
@@ -428,7 +436,7 @@ def _write_course(dest: Path, root: Path, course: Course) -> None:
     env_sh = dest / "scripts" / "env.sh"
     env_sh.write_text(_INSTRUCTOR_ONLY.sub("", env_sh.read_text()))
     (dest / "README.md").write_text(student_readme(course))
-    (dest / "pyproject.toml").write_text(student_pyproject(course))
+    (dest / "pyproject.toml").write_text(student_pyproject(course, root))
     (dest / "requirements.txt").write_text(student_requirements(root))
     (dest / ".gitignore").write_text(GITIGNORE)
     (dest / "scripts" / "test.sh").write_text(STUDENT_TEST_SH)
