@@ -274,6 +274,10 @@ def _cmd_publish(args) -> int:
     return 0
 
 
+def _grading_dir_option(p) -> None:
+    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+
+
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Shows each option's default (unless its help already says it) and keeps the examples' layout."""
 
@@ -329,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--add-students", action="store_true",
                    help="add students who are not on the roster (by default their files are reported, not graded)")
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
-    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    _grading_dir_option(p)
     p.add_argument("--workers", type=int, default=None, help="parallel graders (default: one per CPU core)")
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
                    help="run student code in bubblewrap: auto (when it works, else warn), on, off")
@@ -342,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db-url", default=None,
                    help="the gradebook's database, e.g. postgresql://grader@dbhost/course; recorded in the "
                         "grading folder for later commands (default: grading/gradebook.db, SQLite)")
-    p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default: course.yml, 300)")
+    p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default: course.yml)")
     p.add_argument("--notebook-timeout", type=int, default=None,
-                   help="seconds per notebook (default: course.yml, 1800)")
+                   help="seconds per notebook (default: course.yml)")
     p.set_defaults(func=_cmd_grade)
 
     p = sub.add_parser("handgrade", formatter_class=_Help,
@@ -352,14 +356,14 @@ def main(argv: list[str] | None = None) -> int:
                        epilog="example: python -m autograder handgrade concepts --port 8765")
     p.add_argument("assignment")
     p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1")
-    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    _grading_dir_option(p)
     p.set_defaults(func=_cmd_handgrade)
 
     p = sub.add_parser("export", formatter_class=_Help,
                        help="rebuild grades.csv, canvas.csv, moodle.csv, plots and feedback from the gradebook",
                        epilog="example: python -m autograder export attention")
     p.add_argument("assignment")
-    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    _grading_dir_option(p)
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback pages")
     p.set_defaults(func=_cmd_export)
@@ -368,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="every run of an assignment: when, which files, which settings, which grades changed",
                        epilog="example: python -m autograder history attention")
     p.add_argument("assignment")
-    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    _grading_dir_option(p)
     p.set_defaults(func=_cmd_history)
 
     p = sub.add_parser("undo", formatter_class=_Help,
@@ -377,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                               "  python -m autograder undo attention 3     # run 3 of the history, and every later one")
     p.add_argument("assignment")
     p.add_argument("run", nargs="?", default=None, help="a run's number or id, as history lists it")
-    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    _grading_dir_option(p)
     p.set_defaults(func=_cmd_undo)
 
     p = sub.add_parser("remove", formatter_class=_Help,
@@ -386,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignment")
     p.add_argument("students", nargs="+", help="student ids")
     p.add_argument("--from-roster", action="store_true", help="remove the students from the class roster too")
-    p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+    _grading_dir_option(p)
     p.set_defaults(func=_cmd_remove)
 
     p = sub.add_parser("publish", formatter_class=_Help,

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from autograder.pipeline.run import grade  # noqa: E402
 from autograder.authoring.release import release  # noqa: E402
-from autograder.backends.local import scores  # noqa: E402
+from autograder.records.gradebook import scores  # noqa: E402
 from conftest import read_nb, set_solution  # noqa: E402
 
 WRONG = {

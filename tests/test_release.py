@@ -125,7 +125,7 @@ def test_visible_tests_use_only_names_defined_above_them(src):
     import ast
     import builtins
 
-    from autograder.release import _is_test, _names_used
+    from autograder.authoring.release import _is_test, _names_used
 
     defined = set(dir(builtins)) | {"display", "In", "Out", "get_ipython"}  # what a kernel provides
     for cell in read_nb(ROOT / "exercises" / src.parent.name / src.name).cells:

@@ -297,7 +297,7 @@ def die_with_parent(parent_env: str = "JPY_PARENT_PID") -> None:
     import ctypes
     import signal
 
-    parent = os.environ.get(parent_env)  # JPY_PARENT_PID: set by jupyter_client for the kernels it starts
+    parent = os.environ.get(parent_env) if parent_env else None  # JPY_PARENT_PID: jupyter_client's
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -326,7 +326,9 @@ def main(argv: list[str] | None = None) -> None:
     # whatever follows (e.g. --HistoryManager.hist_file=:memory:) is for the kernel
     args, kernel_args = parser.parse_known_args(argv)
 
-    die_with_parent()
+    # a kernel's launcher is started by jupyter_client, which names the process it belongs to;
+    # a probe or a zygote is started by the grader directly (and may inherit an outer Jupyter's)
+    die_with_parent("JPY_PARENT_PID" if not (args.probe or args.zygote) else "")
     conn_dir = args.connection_file.resolve().parent
     workdir = Path(os.environ.get("COURSE_SANDBOX_WORKDIR") or os.getcwd()).resolve()
     policy = kernel_policy(workdir, conn_dir, memory_mb=args.memory_mb, tmp_mb=args.tmp_mb, work_mb=args.work_mb,

@@ -215,6 +215,20 @@ class KernelSession:
                     return name, None
         return None
 
+    def _messages(self, msg_id: str, watch: "_Watch"):
+        """The messages of the request ``msg_id`` as they come, as (channel, message), and the time
+        limit's events (interrupted, killed, dead) as ("event", name); the caller stops."""
+        while True:
+            event = watch.check()
+            if event is not None:
+                yield "event", event
+            got = self._poll(0.2)
+            if got is None:
+                continue
+            chan, msg = got
+            if msg is not None and msg.get("parent_header", {}).get("msg_id") == msg_id:
+                yield chan, msg
+
     def _recv(self, sock):
         """One message from the kernel, its size checked part by part before any of it is
         parsed.  Parts stay in the received frames (no copy): a reply's tensors are read in
@@ -265,24 +279,17 @@ class KernelSession:
         collector = _Outputs()
         reply = idle = False
         watch = _Watch(self, timeout)
-        while not (reply and idle):
-            event = watch.check()
-            if event == "interrupted":
-                run.status, run.ename = "timeout", "CellTimeoutError"
-                run.evalue = f"the cell ran longer than {timeout:g} s and was interrupted"
-            elif event == "killed":
-                run.status, run.evalue = "died", (f"the cell ran longer than {timeout:g} s and did not stop "
-                                                  "when interrupted; its kernel was killed")
+        for chan, msg in self._messages(msg_id, watch):
+            if chan == "event":
+                if msg == "interrupted":
+                    run.status, run.ename = "timeout", "CellTimeoutError"
+                    run.evalue = f"the cell ran longer than {timeout:g} s and was interrupted"
+                    continue
+                run.status = "died"
+                run.ename, run.evalue = ("", f"the cell ran longer than {timeout:g} s and did not stop when "
+                                             "interrupted; its kernel was killed") if msg == "killed" else \
+                    ("DeadKernelError", "the kernel died while running this cell")
                 break
-            elif event == "dead":
-                run.status, run.ename, run.evalue = "died", "DeadKernelError", "the kernel died while running this cell"
-                break
-            got = self._poll(0.2)
-            if got is None:
-                continue
-            chan, msg = got
-            if msg is None or msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
             if chan == "shell" and msg["msg_type"] == "execute_reply":
                 reply = True
                 content = msg.get("content", {})
@@ -299,6 +306,8 @@ class KernelSession:
                     idle = True
                 elif not silent:
                     collector.add(msg)
+            if reply and idle:
+                break
         run.outputs = collector.outputs
         if run.status in ("timeout", "died"):
             tb = f"{run.ename or 'CellTimeoutError'}: {run.evalue}"
@@ -319,18 +328,13 @@ class KernelSession:
         reply = idle = False
         error = None
         oversize = ""
-        while not (idle and reply):
-            event = watch.check()
-            if event == "killed":
-                raise KernelDied(f"the student's code ran longer than {timeout:g} s and did not stop when "
-                                 "interrupted; its kernel was killed")
-            if event == "dead":
-                raise KernelDied("the kernel died while the student's code ran")
-            got = self._poll(0.2)
-            if got is None:
-                continue
-            chan, msg = got
-            if msg is None or msg.get("parent_header", {}).get("msg_id") != msg_id:
+        for chan, msg in self._messages(msg_id, watch):
+            if chan == "event":
+                if msg == "killed":
+                    raise KernelDied(f"the student's code ran longer than {timeout:g} s and did not stop when "
+                                     "interrupted; its kernel was killed")
+                if msg == "dead":
+                    raise KernelDied("the kernel died while the student's code ran")
                 continue
             kind = msg.get("msg_type")
             if chan == "stdin" and kind == "input_request":
@@ -358,6 +362,8 @@ class KernelSession:
                 reply = True
                 if msg.get("content", {}).get("status") != "ok":
                     error = str(msg["content"].get("ename", "error"))
+            if reply and idle:
+                break
         if watch.interrupted_at is not None:
             raise RemoteTimeout(f"the student's code did not finish within {timeout:g} s")
         if result is None and oversize:

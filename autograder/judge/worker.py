@@ -192,6 +192,7 @@ class Job:
         from autograder.isolation.scratch import ENV, process_folder
 
         env = nbgrader_env()
+        env.pop("JPY_PARENT_PID", None)  # an outer Jupyter's (grade run from a notebook): not this process's parent
         env["JUPYTER_PATH"] = str(self.folder / "jupyter") + os.pathsep + env.get("JUPYTER_PATH", "")
         env["TMPDIR"] = str(self.folder / "tmp")
         env["OMP_NUM_THREADS"] = str(self.threads)

@@ -175,5 +175,5 @@ def read_roster_file(path: Path, assignment: str) -> dict:
         if not usable_id(sid, assignment):
             raise GradingError(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
                                "100 letters, digits, '_', '.' and '-' (not first or last)")
-        out[sid] = {k: (v or "").strip() for k, v in row.items() if k}
+        out[sid] = {k: v or "" for k, v in row.items() if k} | {"student_id": sid}
     return out

@@ -249,7 +249,8 @@ def commit(run, outcomes: dict) -> dict:
         out = outcomes.get(sub.student_id)
         named = not sub.student_id.startswith("?") and "(duplicate)" not in sub.student_id
         reason = sub.error or ("" if out is None or out.graded else out.cause)
-        notes = "; ".join(sub.notes + (out.notes if out else []))
+        notes = "; ".join(sub.remarks + (["repaired before grading: " + "; ".join(sub.notes)] if sub.notes else [])
+                          + (out.notes if out else []))
         change.intake[sub.student_id if named else f"file:{sub.file}"] = {
             "student_id": sub.student_id if named else "", "file": sub.file, "reason": reason, "late": sub.late,
             "notes": notes, "lms": {k: v for k, v in sub.lms.items() if v}}
@@ -310,7 +311,7 @@ def export(run, outcomes: dict) -> Report:
     report = run.report
     rel = run.release or run.rel
     result = write_exports(run.assignment, run.paths.root, report.out_dir, rel.nb, run.spec.lms_column,
-                           run.spec.canvas_id, pages=True)
+                           run.spec.canvas_id, pages=True, provenance=run.settings.provenance)
     rows = {row.student_id: row for row in result.rows}
     listed = set()
     for sub in run.subs:
@@ -345,6 +346,9 @@ def export(run, outcomes: dict) -> Report:
         report.absent.append(Result(sid, row.file, max_score=rel.max_points,
                                     status="no submission" if row.status == "no submission" else "error",
                                     message=row.reason or row.status))
+    ids = run.paths.collected(run.assignment) / ".lms_ids.csv"  # the LMS identities of this download
+    if run.collected_folder is None and ids.exists() and run.source.is_file():
+        shutil.copy(ids, report.out_dir / "lms_ids.csv")
     report.changes = list(run.changes)
     report.run_id = run.run_id
     report.seconds = time.monotonic() - run.started

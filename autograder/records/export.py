@@ -90,7 +90,7 @@ def student_feedback(row: ClassRow, cells: list[GradedCell]) -> str:
 
 def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_column: str,
            canvas_id: int | None = None, feedback: bool = False, root: Path | None = None,
-           pages: bool = True) -> ExportResult:
+           pages: bool = True, provenance: str = "") -> ExportResult:
     """Write every export of ``assignment`` from the class record in ``grading`` into ``out_dir``:
     the CSV files, the plots and (``pages``) a feedback page for every student of the class;
     ``feedback`` first renders the graded students' pages again from the gradebook (after hand
@@ -109,11 +109,11 @@ def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_colum
     if feedback:
         regenerate_feedback(assignment, grading, [r.student_id for r in rows if r.status == "graded"], root)
     if pages:
-        feedback_pages(result, grading, out_dir / "feedback", assignment)
+        feedback_pages(result, grading, out_dir / "feedback", assignment, provenance)
     return result
 
 
-def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment: str) -> None:
+def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment: str, provenance: str = "") -> None:
     """A page for every student of the class: a graded student's own feedback page, and for
     everyone else a short page that says why there is no grade.  The folder holds nothing else."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -127,13 +127,13 @@ def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment
         if row.status == "graded" and source:
             page.write_bytes(source[0].read_bytes())
         else:
-            page.write_text(_simple_page(assignment, row))
+            page.write_text(_simple_page(assignment, row, provenance))
     for page in folder.glob("*.html"):
         if page.name not in wanted:
             page.unlink()
 
 
-def _simple_page(assignment: str, row: ClassRow) -> str:
+def _simple_page(assignment: str, row: ClassRow, provenance: str = "") -> str:
     """The page of a student with no graded submission: the reason, in words, and what to do."""
     from html import escape
 
@@ -148,7 +148,10 @@ def _simple_page(assignment: str, row: ClassRow) -> str:
             f"feedback for {escape(row.student_id)}</title></head><body><h1>{escape(assignment)}: "
             f"{escape(row.student_id)}</h1><p>{what}</p>{late}<p>Score: 0 of {row.max_score:g}</p>"
             "<p>Hand in the .ipynb file you downloaded from Colab or Jupyter (File &gt; Download), "
-            "and ask your instructor if the deadline has passed.</p></body></html>")
+            "and ask your instructor if the deadline has passed.</p>"
+            "<footer style='margin:2em 0;color:#666;font-size:small' class='grading-provenance'>Graded by the "
+            f"course autograder: {escape(provenance or 'the page rebuilt from the class record')}</footer>"
+            "</body></html>")
 
 
 def _grades_csv(result: ExportResult, path: Path) -> None:

@@ -121,3 +121,21 @@ def check_reachable(url: str) -> None:
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         raise GradebookUnreachable(f"cannot open the gradebook database {shown(url)}: "
                                    f"{type(exc).__name__}: {first[0] if first else ''}"[:300]) from None
+
+
+def scores(url: str | Path, assignment: str, students: list[str]) -> dict:
+    """student -> (score, max_score, {grade_id: (score, max_score)}) from the gradebook at
+    ``url`` (a database URL, or the path of a SQLite file)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = {}
+    url = url if isinstance(url, str) and "://" in url else f"sqlite:///{url}"
+    with Gradebook(url) as gb:
+        for sid in students:
+            try:
+                sub = gb.find_submission(assignment, sid)
+            except MissingEntry:
+                continue
+            tests = {g.name: (float(g.score), float(g.max_score)) for nb in sub.notebooks for g in nb.grades}
+            out[sid] = (float(sub.score), float(sub.max_score), tests)
+    return out

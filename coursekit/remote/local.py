@@ -76,7 +76,7 @@ class LocalStudent(StudentBase):
     @property
     def source(self):
         """The code this notebook ran (its cells, in order), for checks on how it is written."""
-        from .sourcecheck import SourceView
+        from ..sourcecheck import SourceView
 
         ns = self._namespace()
         cells = [c for c in ns.get("In", []) if isinstance(c, str) and c.strip()]
