@@ -43,6 +43,7 @@ class ModernConfig:
     norm: str = "rms"           # "rms" (RMSNorm) or "layer" (LayerNorm)
     mlp: str = "swiglu"         # "swiglu" or "gelu"
     rope_base: float = 10000.0  # RoPE's slowest pair turns once in about 2 pi * rope_base positions
+    rope_scale: float = 1.0     # position interpolation: RoPE turns by position / rope_scale
     t5_buckets: int = 16        # T5: distance buckets (half of them exact) ...
     t5_max_distance: int = 64   # ... and the distance from which all share the last bucket
     dropout: float = 0.0
@@ -138,19 +139,20 @@ class ModernAttention(nn.Module):
             past = cache.length(self.layer)
             k, v = cache.update(self.layer, k, v)                         # (B, nkv, S, hs), S = past + T
         S = k.size(2)
-        # each key-value head serves n_head / n_kv_head query heads: repeat it for them
-        k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)     # (B, nh, S, hs)
-        v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)     # (B, nh, S, hs)
+        # Each key-value head serves n_head / n_kv_head query heads. enable_gqa lets query head h
+        # read key-value head h // (n_head / n_kv_head) without copying keys and values per query
+        # head (the same as k.repeat_interleave(n_head // n_kv_head, dim=1), and likewise v).
+        gqa = dict(enable_gqa=self.n_kv_head != self.n_head)
         drop = self.dropout if self.training else 0.0
         if bias is None and past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, **gqa)
         else:
             # query t sits at position past + t and may see keys 0 .. past + t
             allowed = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, S)
             mask = torch.zeros(T, S, device=x.device).masked_fill(~allowed, float("-inf"))
             if bias is not None:
                 mask = mask + bias                                        # (nh, T, S)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=drop)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=drop, **gqa)
         y = y.transpose(1, 2).contiguous().view(B, T, self.n_head * self.hs)  # (B, T, C)
         return self.resid_dropout(self.c_proj(y))                         # (B, T, C)
 
@@ -231,8 +233,10 @@ class ModernGPT(nn.Module):
         elif kind == "alibi":
             bias = alibi_bias(positions, keys, self.slopes)               # (nh, T, S)
         x = self.drop(x)
+        # position interpolation (rope_scale > 1) squeezes longer texts into the angles of training
+        rotary_positions = positions / self.config.rope_scale if self.config.rope_scale != 1 else positions
         for block in self.h:
-            x = block(x, positions, bias, cache)                          # (B, T, C)
+            x = block(x, rotary_positions, bias, cache)                   # (B, T, C)
         logits = self.lm_head(self.norm_f(x))                             # (B, T, V)
         loss = None
         if targets is not None:
