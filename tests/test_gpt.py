@@ -389,3 +389,21 @@ def test_training_a_modern_decoder_on_short_windows_and_caching_it(tmp_path, mon
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
     with pytest.raises(ValueError, match="seq_len 40"):
         G.train_small_gpt(config, G.TrainSettings(steps=1, seq_len=40), CORPUS, log=None)
+
+
+@pytest.mark.parametrize("n_kv_head", [4, 2, 1])
+def test_grouped_query_attention_matches_repeated_key_value_heads(n_kv_head):
+    """Query head h reads key-value head h // (n_head / n_kv_head): the same as repeating each
+    key-value head for its group and running multi-head attention."""
+    config = G.ModernConfig(vocab_size=300, block_size=16, n_head=4, n_kv_head=n_kv_head, n_embd=32, position="none")
+    torch.manual_seed(3)
+    attn = G.modern.ModernAttention(config).eval()
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out = attn(x, torch.arange(7))
+        q = attn.q_proj(x).view(2, 7, 4, 8).transpose(1, 2)
+        k, v = (p(x).view(2, 7, n_kv_head, 8).transpose(1, 2).repeat_interleave(4 // n_kv_head, dim=1)
+                for p in (attn.k_proj, attn.v_proj))
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~torch.ones(7, 7, dtype=torch.bool).tril(), float("-inf"))
+        ref = attn.c_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 7, 32))
+    assert float((out - ref).abs().max()) < 1e-5
