@@ -199,8 +199,8 @@ BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publis
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
 SLOW_FIRST = ["test_scale.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
-              "test_tamper.py", "test_autograde.py", "test_class_grading.py", "test_concepts_lab.py",
-              "test_llm_backends.py"]
+              "test_modern_decoder.py", "test_tamper.py", "test_autograde.py", "test_class_grading.py",
+              "test_concepts_lab.py", "test_llm_backends.py", "test_class_record.py"]
 
 
 def work_unit(nodeid: str) -> str:

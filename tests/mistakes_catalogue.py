@@ -653,6 +653,83 @@ LLM_LAB = [
 ]
 
 # ---------------------------------------------------------------------------------------
+# modern_decoder
+# ---------------------------------------------------------------------------------------
+_ROPE_THETA = "theta = base ** (-torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) / hs)"
+_ROPE_TURN = "x_even * cos - x_odd * sin, x_even * sin + x_odd * cos"
+_GQA_KV = "C, kv = config.d_model, config.n_kv_head * self.head_size"
+_GEN_STEP = "logits, cache = model(nxt, cache)"
+_KV_SUM = "per_position = 2 * shape.n_layer * shape.n_kv_head * shape.head_size"
+
+MODERN = [
+    M("modern_decoder", "Q1", "rotate_half_pairing", "apply_rope",
+      [("x_even, x_odd = x[..., 0::2].float(), x[..., 1::2].float()", "x_even, x_odd = x.float().chunk(2, dim=-1)"),
+       (f"y = torch.stack([{_ROPE_TURN}], dim=-1)", f"y = torch.cat([{_ROPE_TURN}], dim=-1)"),
+       ("return y.flatten(-2).to(x.dtype)", "return y.to(x.dtype)")], "the rotate-half layout"),
+    M("modern_decoder", "Q1", "turns_the_wrong_way", "apply_rope",
+      [(_ROPE_TURN, "x_even * cos + x_odd * sin, -x_even * sin + x_odd * cos")], "the pairs turn the wrong way"),
+    M("modern_decoder", "Q1", "exponent_i_over_hs", "apply_rope",
+      [(_ROPE_THETA, "theta = base ** (-torch.arange(0, hs // 2, device=x.device, dtype=torch.float32) / hs)")],
+      "pair i turns at base^(-i/hs)"),
+    M("modern_decoder", "Q1", "exponent_doubled", "apply_rope",
+      [(_ROPE_THETA, "theta = base ** (-2 * torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) / hs)")],
+      "base^(-4i/hs)"),
+    M("modern_decoder", "Q1", "exponent_positive", "apply_rope",
+      [(_ROPE_THETA, "theta = base ** (torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) / hs)")],
+      "base^(+2i/hs)"),
+    M("modern_decoder", "Q1", "positions_start_at_one", "apply_rope",
+      [("torch.arange(offset, offset + T,", "torch.arange(offset + 1, offset + T + 1,")],
+      "position 0 must come back unchanged"),
+    M("modern_decoder", "Q1", "offset_ignored", "apply_rope",
+      [("torch.arange(offset, offset + T,", "torch.arange(0, T,")], "(offset is ignored)", "warn"),
+
+    M("modern_decoder", "Q2", "kv_projections_full_width", "grouped_query_attention",
+      [(_GQA_KV, "C, kv = config.d_model, config.d_model")], "k_proj and v_proj must produce n_kv_head * head_size"),
+    M("modern_decoder", "Q2", "biases", "grouped_query_attention",
+      [("self.q_proj = nn.Linear(C, C, bias=False)", "self.q_proj = nn.Linear(C, C)")], "have no biases"),
+    M("modern_decoder", "Q2", "heads_grouped_by_modulo", "grouped_query_attention",
+      [("k.repeat_interleave(group, dim=1)", "k.repeat(1, group, 1, 1)"),
+       ("v.repeat_interleave(group, dim=1)", "v.repeat(1, group, 1, 1)")], "reads key-value head h % n_kv_head"),
+    M("modern_decoder", "Q2", "no_causal_mask", "grouped_query_attention",
+      [('scores = scores.masked_fill(~allowed, float("-inf"))', "pass")], "depends on later tokens"),
+    M("modern_decoder", "Q2", "no_scaling", "grouped_query_attention",
+      [("scores = q @ k_all.transpose(-2, -1) / math.sqrt(hs)", "scores = q @ k_all.transpose(-2, -1)")],
+      "not divided by sqrt(head_size)"),
+    M("modern_decoder", "Q2", "mask_aligned_top_left", "grouped_query_attention",
+      [(".tril(diagonal=P)", ".tril()")], "aligned at the top left", "warn"),
+    M("modern_decoder", "Q2", "cache_not_used", "grouped_query_attention",
+      [("if past_kv is not None:", "if False:")], "the cached keys and values are not used", "warn"),
+    M("modern_decoder", "Q2", "cache_after_repeat", "grouped_query_attention",
+      [("return self.out_proj(y), (k, v)", "return self.out_proj(y), (k_all, v_all)")],
+      "before repeating them for the query heads", "warn"),
+
+    M("modern_decoder", "Q3", "no_cache", "generate_with_cache",
+      [(_GEN_STEP, "logits, cache = model(ids, None)")], "the cache is never passed"),
+    M("modern_decoder", "Q3", "whole_text_with_cache", "generate_with_cache",
+      [(_GEN_STEP, "logits, cache = model(ids, cache)")], "pass only the newest token"),
+    M("modern_decoder", "Q3", "call_after_last_token", "generate_with_cache",
+      [("if step < max_new_tokens - 1:", "if True:")], "called once more after the last new token"),
+    M("modern_decoder", "Q3", "first_position_logits", "generate_with_cache",
+      [("logits[:, -1].argmax", "logits[:, 0].argmax")], "logits[:, -1]"),
+    M("modern_decoder", "Q3", "new_tokens_only", "generate_with_cache",
+      [("    return ids\n", "    return ids[:, prompt_ids.size(1):]\n")], "not the new tokens only"),
+
+    M("modern_decoder", "Q4", "values_forgotten", "kv_cache_bytes",
+      [(_KV_SUM, "per_position = shape.n_layer * shape.n_kv_head * shape.head_size")], "only the keys are counted"),
+    M("modern_decoder", "Q4", "query_heads", "kv_cache_bytes",
+      [(_KV_SUM, "per_position = 2 * shape.n_layer * shape.n_head * shape.head_size")], "n_head is used"),
+    M("modern_decoder", "Q4", "head_size_from_width", "kv_cache_bytes",
+      [(_KV_SUM, "per_position = 2 * shape.n_layer * shape.n_kv_head * (shape.d_model // shape.n_head)")],
+      "the head size is taken as d_model // n_head"),
+    M("modern_decoder", "Q4", "float_result", "kv_cache_bytes",
+      [("return per_position * seq_len * batch_size * bytes_per_value",
+        "return per_position * seq_len * batch_size * bytes_per_value / 1")], "return a Python int"),
+    M("modern_decoder", "Q4", "counted_with_torch", "kv_cache_bytes",
+      [("return per_position * seq_len * batch_size * bytes_per_value",
+        "return int(torch.tensor(per_position * seq_len * batch_size * bytes_per_value))")], "without PyTorch"),
+]
+
+# ---------------------------------------------------------------------------------------
 # Mistakes only a hidden test catches: the answer is right on every input the visible tests
 # use and wrong on the other shapes and configurations the hidden tests draw.  A visible check
 # for them would have to be the hidden test itself.
@@ -679,9 +756,17 @@ HIDDEN = [
       [("mask[h] = saved", "mask[h] = 1.0")],
       "the visible model has every head mask at 1, so resetting to 1 and restoring the old value agree; the hidden "
       "test sets one mask to 0.5 first."),
+    H("modern_decoder", "Q1", "base_ignored", "apply_rope",
+      [("theta = base ** (", "theta = 10000.0 ** (")],
+      "right for the default base of the visible test and the worked example; the hidden test also uses "
+      "base 500,000 (the value Llama 3 uses), where a fixed 10,000 turns the pairs too fast."),
+    H("modern_decoder", "Q4", "batch_ignored", "kv_cache_bytes",
+      [("return per_position * seq_len * batch_size * bytes_per_value",
+        "return per_position * seq_len * bytes_per_value")],
+      "the visible test counts one sequence; the hidden test serves batches of 3 and 16, each with a cache of its own."),
 ]
 
-_ALL = ATTENTION + FINETUNE + AETHER + PLORA + CONCEPTS + LLM_LAB + HIDDEN
+_ALL = ATTENTION + FINETUNE + AETHER + PLORA + CONCEPTS + LLM_LAB + MODERN + HIDDEN
 CAUGHT = [m for m in _ALL if m.kind != "hidden"]
 HIDDEN_ONLY = [m for m in _ALL if m.kind == "hidden"]
 

@@ -29,7 +29,8 @@ GLUE_CALL = re.compile(r"""\bglue\(\s*f?["']([^"']+)["']""")
 PLOT_CALL = re.compile(r"\b(plt\.(subplots|figure|plot|imshow|bar|hist|scatter)|heatmap)\(")
 # names the graded assignment asks students to write; pages must not hand them out
 ASSIGNMENT_NAMES = re.compile(
-    r"\bdef (get_multihead_qkv|calculate_multihead_attention)\b|\bclass MultiHeadAttention\b")
+    r"\bdef (get_multihead_qkv|calculate_multihead_attention|apply_rope|generate_with_cache|kv_cache_bytes)\b|"
+    r"\bclass (MultiHeadAttention|GroupedQueryAttention)\b")
 
 
 def setup_cell_source() -> str:

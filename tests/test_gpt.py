@@ -1,7 +1,9 @@
-"""coursekit.gpt: the small GPT shared by chapter 6, the concepts assignment and the LLM lab."""
+"""coursekit.gpt: the small GPT shared by chapters 7 and 8, the concepts assignment and the LLM lab,
+its key-value cache, and the modern decoder of the chapters on positions and inference."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -9,6 +11,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
 from coursekit import gpt as G  # noqa: E402
+from coursekit.gpt import positions as P  # noqa: E402
+from coursekit.gpt import train as GT  # noqa: E402
 
 TINY = G.GPTConfig(vocab_size=300, block_size=16, n_layer=2, n_head=4, n_embd=32)
 TEXT = ("Stocks rose on Monday after the central bank held rates.\n"
@@ -200,7 +204,7 @@ def test_cpu_threads_sets_and_restores():
 
 
 def test_cache_round_trip(tmp_path, monkeypatch):
-    monkeypatch.setattr(G, "ag_news_corpus", lambda: CORPUS)
+    monkeypatch.setattr(GT, "ag_news_corpus", lambda: CORPUS)
     settings = G.TrainSettings(steps=6, batch_size=4, warmup=2, eval_every=3, eval_batches=1)
     m1, t1, info1 = G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False)
     assert info1["source"] == "trained"
@@ -227,19 +231,179 @@ def test_cache_round_trip(tmp_path, monkeypatch):
 
 def test_default_cache_dir_follows_course_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path))
-    assert G._cache_root() == tmp_path / "small-gpt"
+    assert GT._cache_root() == tmp_path / "small-gpt"
 
 
 def test_an_unwritable_cache_only_costs_the_caching(tmp_path, monkeypatch, capsys):
     """In a grading sandbox the cache is read-only: the model is trained and used, not cached."""
-    monkeypatch.setattr(G, "ag_news_corpus", lambda: CORPUS)
+    monkeypatch.setattr(GT, "ag_news_corpus", lambda: CORPUS)
 
     def read_only(*args, **kwargs):
         raise PermissionError(30, "Read-only file system", str(tmp_path))
 
-    monkeypatch.setattr(G.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(GT.tempfile, "mkdtemp", read_only)
     settings = G.TrainSettings(steps=4, batch_size=4, warmup=1, eval_every=2, eval_batches=1)
     model, _, info = G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path / "ro", verbose=True)
     assert info["source"] == "trained" and isinstance(model, G.GPT)
     assert "not cached" in capsys.readouterr().out
     assert not (tmp_path / "ro" / info["key"]).exists()
+
+
+# --------------------------------------------------------------------------- the key-value cache
+
+
+def count_positions(model):
+    """A list that gets the number of token positions of every forward pass of ``model``."""
+    seen = []
+    embedding = model.transformer.wte if isinstance(model, G.GPT) else model.wte
+    embedding.register_forward_hook(lambda mod, args, out: seen.append(args[0].size(1)))
+    return seen
+
+
+@pytest.mark.parametrize("prompt_len,new", [(5, 9), (3, 30), (16, 4)])
+def test_cached_generation_gives_the_tokens_of_uncached_generation(prompt_len, new):
+    """Greedy and sampled, inside the context and past it (where both keep the last block_size tokens)."""
+    model = tiny_model(seed=5)
+    start = torch.randint(300, (3, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+    assert torch.equal(G.generate(model, start, new), G.generate(model, start, new, use_cache=False))
+
+    def sampler():
+        gen = torch.Generator().manual_seed(3)
+        return lambda logits: torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)
+    assert torch.equal(G.generate(model, start, new, sampler()),
+                       G.generate(model, start, new, sampler(), use_cache=False))
+
+
+def test_cached_generation_runs_one_position_per_new_token():
+    model = tiny_model()
+    seen = count_positions(model)
+    start = torch.randint(300, (2, 4), generator=torch.Generator().manual_seed(6))
+    G.generate(model, start, 12)  # 4 + 12 = 16 = block_size: all inside the context
+    assert seen == [4] + [1] * 11
+    seen.clear()
+    G.generate(model, start, 12, use_cache=False)
+    assert seen == list(range(4, 16))  # the whole text again at every step: quadratic in the length
+
+
+def test_the_model_with_a_cache_computes_what_it_computes_without():
+    model = tiny_model(seed=2)
+    idx = torch.randint(300, (2, 16), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        full = model(idx)[0]
+        for capacity in (None, 16):
+            cache = G.KVCache(TINY.n_layer, capacity=capacity)
+            parts = [model(idx[:, a:b], cache=cache)[0] for a, b in [(0, 5), (5, 6), (6, 13), (13, 16)]]
+            assert float((torch.cat(parts, 1) - full).abs().max()) < 1e-5
+            assert cache.length() == 16
+            # keys and values of every layer: 2 x n_layer x B x T x C floats
+            assert cache.nbytes() == 2 * TINY.n_layer * 2 * 16 * TINY.n_embd * 4
+        for block in model.transformer.h:  # the explicit path with the offset mask
+            block.attn.keep_weights = True
+        cache = G.KVCache(TINY.n_layer)
+        parts = [model(idx[:, :9], cache=cache)[0], model(idx[:, 9:], cache=cache)[0]]
+    assert float((torch.cat(parts, 1) - full).abs().max()) < 1e-5
+    w = model.transformer.h[0].attn.weights  # the last 7 queries against all 16 keys
+    assert tuple(w.shape) == (2, 4, 7, 16) and float(w[..., 0, 10:].abs().max()) == 0.0
+    with pytest.raises(ValueError, match="after 16 cached positions"):
+        model(idx[:, :1], cache=cache)
+    with pytest.raises(ValueError, match="at most 4 positions"):
+        G.KVCache(1, capacity=4).update(0, torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))
+
+
+# ------------------------------------------------------------------- positions and the modern decoder
+
+
+def test_rotary_scores_depend_on_the_distance_only():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 1, 16, generator=g), torch.randn(1, 1, 1, 16, generator=g)
+    score = lambda t, s: float((P.apply_rotary(q, torch.tensor([t])) * P.apply_rotary(k, torch.tensor([s]))).sum())
+    assert abs(score(7, 3) - score(104, 100)) < 1e-4 and abs(score(7, 3) - score(3, 7)) > 1e-3
+    rotated = P.apply_rotary(q.expand(1, 1, 5, 16), torch.arange(5))
+    assert torch.allclose(rotated.norm(dim=-1), q.norm(), atol=1e-5)  # a rotation keeps lengths
+    assert torch.allclose(rotated[..., 0, :], q[..., 0, :])            # position 0 is not turned
+
+
+def test_alibi_slopes_and_t5_buckets():
+    assert P.alibi_slopes(8).tolist() == [2.0 ** -i for i in range(1, 9)]
+    assert P.alibi_slopes(4).tolist() == [2.0 ** (-2 * i) for i in range(1, 5)]
+    six = P.alibi_slopes(6).tolist()  # 4 of the 4-head sequence, then two of the 8-head one
+    assert six[:4] == P.alibi_slopes(4).tolist() and six[4:] == [2.0 ** -1, 2.0 ** -3]
+    bias = P.alibi_bias(torch.arange(3), torch.arange(3), torch.tensor([0.5]))
+    assert bias[0].tolist() == [[0.0, 0.0, 0.0], [-0.5, 0.0, 0.0], [-1.0, -0.5, 0.0]]
+    b = P.t5_bucket(torch.arange(200), n_buckets=16, max_distance=64)
+    assert b[:8].tolist() == list(range(8))                         # exact below n_buckets / 2
+    assert bool((b[1:] >= b[:-1]).all()) and [int(b[i]) for i in (8, 16, 32)] == [8, 10, 13] and int(b[64:].min()) == 15
+    table = P.sinusoidal_table(torch.arange(4), 6)
+    assert torch.allclose(table[1, :2], torch.tensor([math.sin(1.0), math.cos(1.0)]))
+
+
+@pytest.mark.parametrize("position", G.modern.POSITIONS)
+def test_modern_decoder_runs_trains_and_caches_with_every_position_scheme(position):
+    config = G.ModernConfig(vocab_size=300, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
+                            position=position)
+    torch.manual_seed(0)
+    model = G.ModernGPT(config).eval()
+    idx = torch.randint(300, (2, 10), generator=torch.Generator().manual_seed(1))
+    changed = idx.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % 300
+    with torch.no_grad():
+        a, b = model(idx)[0], model(changed)[0]
+    assert float((a[:, :6] - b[:, :6]).abs().max()) < 1e-5  # causal
+    start = idx[:, :3]
+    assert torch.equal(G.generate(model, start, 20), G.generate(model, start, 20, use_cache=False))
+
+
+def test_modern_decoder_parameters_and_cache_size():
+    base = dict(vocab_size=300, block_size=16, n_layer=2, n_head=4, n_embd=32)
+    mha = G.ModernGPT(G.ModernConfig(**base, n_kv_head=4))
+    mqa = G.ModernGPT(G.ModernConfig(**base, n_kv_head=1))
+    hs = 32 // 4
+    # grouped keys and values: k_proj and v_proj shrink from C x C to C x (n_kv_head * hs) in every layer
+    assert mha.num_params() - mqa.num_params() == 2 * 2 * 32 * (4 - 1) * hs
+    config = G.ModernConfig(**base)
+    swiglu, gelu = config.ffn_hidden, G.ModernConfig(**base, mlp="gelu").ffn_hidden
+    assert gelu == 128 and swiglu % 8 == 0 and abs(3 * swiglu - 2 * gelu) <= 3 * 8
+    idx = torch.randint(300, (1, 12))
+    sizes = {}
+    for kv in (4, 2, 1):
+        model = G.ModernGPT(G.ModernConfig(**base, n_kv_head=kv)).eval()
+        cache = G.KVCache(2)
+        with torch.no_grad():
+            model(idx, cache=cache)
+        sizes[kv] = cache.nbytes()
+    assert sizes == {kv: 2 * 2 * 12 * kv * hs * 4 for kv in (4, 2, 1)}
+    with pytest.raises(ValueError, match="position must be one of"):
+        G.ModernConfig(position="xpos")
+    with pytest.raises(ValueError, match="n_kv_head"):
+        G.ModernConfig(n_head=4, n_kv_head=3)
+
+
+def test_training_a_modern_decoder_on_short_windows_and_caching_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(GT, "ag_news_corpus", lambda: CORPUS)
+    config = G.ModernConfig(vocab_size=300, block_size=32, n_layer=1, n_head=2, n_embd=16, position="alibi")
+    settings = G.TrainSettings(steps=6, batch_size=4, warmup=2, eval_every=3, eval_batches=1, seq_len=8)
+    model, _, info = G.load_or_train_small_gpt(config, settings, cache_dir=tmp_path, verbose=False)
+    assert isinstance(model, G.ModernGPT) and info["source"] == "trained"
+    again, _, info2 = G.load_or_train_small_gpt(config, settings, cache_dir=tmp_path, verbose=False)
+    assert info2["source"] == "cache" and isinstance(again, G.ModernGPT)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    with pytest.raises(ValueError, match="seq_len 40"):
+        G.train_small_gpt(config, G.TrainSettings(steps=1, seq_len=40), CORPUS, log=None)
+
+
+@pytest.mark.parametrize("n_kv_head", [4, 2, 1])
+def test_grouped_query_attention_matches_repeated_key_value_heads(n_kv_head):
+    """Query head h reads key-value head h // (n_head / n_kv_head): the same as repeating each
+    key-value head for its group and running multi-head attention."""
+    config = G.ModernConfig(vocab_size=300, block_size=16, n_head=4, n_kv_head=n_kv_head, n_embd=32, position="none")
+    torch.manual_seed(3)
+    attn = G.modern.ModernAttention(config).eval()
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out = attn(x, torch.arange(7))
+        q = attn.q_proj(x).view(2, 7, 4, 8).transpose(1, 2)
+        k, v = (p(x).view(2, 7, n_kv_head, 8).transpose(1, 2).repeat_interleave(4 // n_kv_head, dim=1)
+                for p in (attn.k_proj, attn.v_proj))
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~torch.ones(7, 7, dtype=torch.bool).tril(), float("-inf"))
+        ref = attn.c_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 7, 32))
+    assert float((out - ref).abs().max()) < 1e-5

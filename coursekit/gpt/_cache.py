@@ -1,0 +1,26 @@
+"""Where the small GPT and its tokenizer are cached on disk, and how a file is written there."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+# Bump when the model code, the tokenizer or the training loop changes in a way that
+# changes the trained weights: cached models made by another version are not reused.
+CODE_VERSION = 2
+
+
+def cache_root(cache_dir=None, kind: str = "small-gpt") -> Path:
+    """``cache_dir`` if given, else ``$COURSE_CACHE_DIR/<kind>`` (see coursekit.models)."""
+    from coursekit.models import course_cache_dir
+
+    return Path(cache_dir) if cache_dir is not None else course_cache_dir() / kind
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write beside the target and rename, so that a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
