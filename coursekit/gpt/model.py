@@ -135,6 +135,25 @@ class Block(nn.Module):
         return x                                                          # (B, T, C)
 
 
+def _init_module(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+
+def init_weights(model: nn.Module, n_layer: int) -> None:
+    """GPT-2's initialisation: normal(0, 0.02) weights, zero biases; and since each block adds
+    two residual branches, their output projections (``c_proj``) scaled by 1/sqrt(2 * n_layer),
+    which keeps the variance of the residual stream from growing with depth."""
+    model.apply(_init_module)  # children first, then their parents (the order draws are made in)
+    for name, p in model.named_parameters():
+        if name.endswith("c_proj.weight"):
+            nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+
 class GPT(nn.Module):
     """Token and position embeddings, a stack of blocks, a final LayerNorm and a
     linear map back to the vocabulary (sharing its weights with the token embedding)."""
@@ -153,21 +172,7 @@ class GPT(nn.Module):
         # Weight tying: the same matrix embeds a token and scores it as the next token
         # (fewer parameters, and rare tokens get gradient from both uses).
         self.transformer.wte.weight = self.lm_head.weight
-        self.apply(self._init_weights)
-        # Each block adds two residual branches; scaling their output projections by
-        # 1/sqrt(2 * n_layer) keeps the variance of the residual stream from growing with depth.
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-
-    @staticmethod
-    def _init_weights(module):
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        init_weights(self, config.n_layer)
 
     def num_params(self) -> int:
         """Number of parameters (the tied embedding counted once)."""

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from .model import init_weights
 from .positions import RelativePositionBias, alibi_bias, alibi_slopes, apply_rotary, sinusoidal_table
 
 __all__ = ["ModernConfig", "SwiGLU", "ModernAttention", "ModernBlock", "ModernGPT", "POSITIONS"]
@@ -191,19 +192,7 @@ class ModernGPT(nn.Module):
         self.norm_f = _norm(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # tied, as in GPT-2 (Llama unties them; small models tie)
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():  # residual projections, scaled as in GPT-2
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-
-    @staticmethod
-    def _init_weights(module):
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        init_weights(self, config.n_layer)  # as GPT-2's (coursekit.gpt.model)
 
     def num_params(self) -> int:
         """Number of parameters (the tied embedding counted once)."""
