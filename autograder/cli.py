@@ -289,8 +289,23 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+def _course_limits():
+    """``limits(key)``: where a grading limit comes from, for the help: course.yml's course-wide value,
+    or the built-in one while the course file cannot be read (the help still shows)."""
+    from autograder.course.model import CourseFileError, Grading, load as load_course
+
+    try:
+        course, where = load_course(), "course.yml"
+    except CourseFileError:
+        course, where = None, "built in"
+    base = course.grading if course is not None else Grading()
+    return lambda key: f"{where}, {getattr(base, key)}; an assignment may set its own"
+
+
 def main(argv: list[str] | None = None) -> int:
     from autograder.pipeline.collect import MAX_FILE_BYTES, MAX_TOTAL_BYTES
+
+    limits = _course_limits()
 
     parser = argparse.ArgumentParser(
         prog="python -m autograder", formatter_class=_Help,
@@ -338,17 +353,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
                    help="run student code in bubblewrap: auto (when it works, else warn), on, off")
     p.add_argument("--memory-mb", type=int, default=None,
-                   help="memory limit per kernel (default: course.yml, 8192): its address space, or its data "
-                        "segment when the kernels get the GPU")
+                   help=f"memory limit per kernel (default: {limits('memory_mb')}): its address space, or its "
+                        "data segment when the kernels get the GPU")
     p.add_argument("--cluster", default=None,
                    help="a Dask scheduler address (tcp://host:8786) or scheduler file: grade on its workers "
                         "(default: local worker processes)")
     p.add_argument("--db-url", default=None,
                    help="the gradebook's database, e.g. postgresql://grader@dbhost/course; recorded in the "
                         "grading folder for later commands (default: grading/gradebook.db, SQLite)")
-    p.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default: course.yml)")
+    p.add_argument("--cell-timeout", type=int, default=None,
+                   help=f"seconds per cell (default: {limits('cell_timeout')})")
     p.add_argument("--notebook-timeout", type=int, default=None,
-                   help="seconds per notebook (default: course.yml)")
+                   help=f"seconds per notebook (default: {limits('notebook_timeout')})")
     p.set_defaults(func=_cmd_grade)
 
     p = sub.add_parser("handgrade", formatter_class=_Help,

@@ -3,6 +3,7 @@ student tree holds nothing of the instructor's, and re-hosting is one edit and o
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -68,7 +69,12 @@ def test_the_student_course_holds_what_students_need_and_nothing_else(published)
     assert "nbgrader" not in requirements and "torch==" in requirements
     assert "bubblewrap" not in (dest / "scripts" / "env.sh").read_text()
     meta = (dest / "pyproject.toml").read_text()
-    assert 'packages = ["coursekit", "coursekit.checks", "coursekit.remote"' in meta and "transformers>=" in meta
+    # every package of coursekit is installed with it (coursekit.gpt, coursekit.remote: an import of
+    # one left out works in this checkout and fails on Colab)
+    listed = re.search(r"^packages = \[(.*)\]$", meta, re.M).group(1)
+    on_disk = {".".join(p.parent.relative_to(dest).parts) for p in (dest / "coursekit").rglob("__init__.py")}
+    assert {"coursekit.gpt", "coursekit.remote"} <= on_disk
+    assert set(re.findall(r'"([\w.]+)"', listed)) == on_disk | {"coursekit.checks"} and "transformers>=" in meta
     assert 'course = "coursekit.sphinx_book:FigureRenderer"' in meta  # the book's alt text and captions
 
 
@@ -202,6 +208,11 @@ def test_publish_refuses_what_it_cannot_prove_clean(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "nbconvert", "--to", fmt, str(solution), "--output-dir",
                                str(fork / out)], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
+    # the book's theme folders publish: no rendered notebook there either, with or without markers
+    shutil.copy(fork / "exercises" / "attention" / "attention.html", fork / "book" / "_templates" / "page.html")
+    rendered = (fork / "exercises" / "attention" / "attention.html").read_text()
+    (fork / "book" / "_static" / "notes.html").write_text(rendered.replace("BEGIN SOLUTION", "").replace(
+        "END SOLUTION", "").replace("BEGIN HIDDEN TESTS", "").replace("END HIDDEN TESTS", ""))
     (fork / "exercises" / "attention" / "attention.pdf").write_bytes(
         b"%PDF-1.4\n" + zlib.compress(solution.read_bytes()))
     shutil.copy(ROOT / "book" / "07_gpt.ipynb", fork / "book" / "drafts_gpt.ipynb")
@@ -217,7 +228,9 @@ def test_publish_refuses_what_it_cannot_prove_clean(tmp_path):
                 "book/attention.py": "not a file publish can prove clean",
                 "book/drafts_gpt.ipynb": "not a file publish can prove clean",
                 "book/notes.md": "a link",
-                "book/02_multihead_attention.ipynb": "has outputs"}
+                "book/02_multihead_attention.ipynb": "has outputs",
+                "book/_templates/page.html": "grading marker",
+                "book/_static/notes.html": "larger than a template"}
     assert len(found) == len(expected)
     for name, why in expected.items():
         assert any(line.startswith(f"{name}: ") and why in line for line in found), (name, found)

@@ -10,9 +10,10 @@ repository.
 
 Before writing, it checks that the released exercises and every generated link match the
 course file, and that every file under ``exercises/`` and ``book/`` is one it can prove clean:
-the released notebook of each assignment of course.yml, the pages of ``_toc.yml`` and the
-bibliography of ``_config.yml``, each a notebook without outputs, attachments or grading
-markers (or a text file).  Anything else there (an HTML, PDF or ``.py`` export of a solution, a
+the released notebook of each assignment of course.yml, the pages of ``_toc.yml``, the
+bibliography of ``_config.yml`` and the book's templates and style sheets in the folders it names
+(``templates_path``, ``html_static_path``: small, and no notebook rendered as HTML), each a
+notebook without outputs, attachments or grading markers (or a text file).  Anything else there (an HTML, PDF or ``.py`` export of a solution, a
 draft, a link) stops it with one line naming the file, since a rendered export need not hold
 one line of the solution intact.  After writing, it scans every file for a line of a solution,
 a hidden test or a mark scheme, and refuses the result if it finds one.
@@ -148,7 +149,7 @@ def _ignored(rel: Path) -> bool:
 
 def publishable(root: Path, course: Course) -> set[str]:
     """The files of exercises/ and book/ publish may write: each assignment's released
-    notebook, the pages of _toc.yml and the bibliography of _config.yml."""
+    notebook, the pages of _toc.yml, the bibliography of _config.yml and the book's theme files."""
     import yaml
 
     allowed = {f"exercises/{a.id}/{a.notebook}" for a in course.assignments}
@@ -172,7 +173,26 @@ def publishable(root: Path, course: Course) -> set[str]:
                 allowed.update(f"{page}{suffix}" for suffix in (".ipynb", ".md") if (root / f"{page}{suffix}").exists())
         else:
             allowed.update(str(f) for f in (data or {}).get("bibtex_bibfiles", []))
+            allowed.update(theme_files(root, data or {}))
     return {a for a in allowed if a.split("/")[0] in PROVABLE_DIRS}
+
+
+THEME_SUFFIXES = (".html", ".css", ".js")
+THEME_MAX_BYTES = 32 * 1024   # a template or a style sheet; an nbconvert HTML export is ~300 KiB
+
+
+def theme_files(root: Path, config: dict) -> set[str]:
+    """The book's own templates and static files: what lies in the folders _config.yml names as
+    Sphinx's ``templates_path`` and ``html_static_path`` (small text files; see ``_not_clean``)."""
+    sphinx = (config.get("sphinx") or {}).get("config") or {}
+    out = set()
+    for key in ("templates_path", "html_static_path"):
+        for folder in sphinx.get(key) or []:
+            base = root / str(folder)
+            if base.is_dir() and not base.is_symlink():
+                out.update(f.relative_to(root).as_posix() for f in base.rglob("*")
+                           if f.is_file() and f.suffix in THEME_SUFFIXES)
+    return out
 
 
 def unproven(root: Path = ROOT, course: Course | None = None) -> list[str]:
@@ -190,7 +210,7 @@ def unproven(root: Path = ROOT, course: Course | None = None) -> list[str]:
                 out.append(f"{name}: a link; publish copies only files it can read and prove clean")
             elif name not in allowed:
                 out.append(f"{name}: not a file publish can prove clean (it publishes the released notebooks of "
-                           f"course.yml, the pages of _toc.yml and the bibliography of _config.yml); move it "
+                           f"course.yml, the pages of _toc.yml, the bibliography and theme folders of _config.yml); move it "
                            f"out of {top}/")
             elif why := _not_clean(path):
                 out.append(f"{name}: {why}")
@@ -206,6 +226,14 @@ def _not_clean(path: Path) -> str:
     marker = next((m for m in _MARKERS if m in text), None)
     if marker:
         return f"holds the grading marker {marker!r}"
+    if path.suffix in THEME_SUFFIXES:
+        # a theme file is a few lines of markup or style, never a rendered notebook
+        if len(text.encode()) > THEME_MAX_BYTES:
+            return f"larger than a template or style sheet ({len(text.encode()) >> 10} KiB; at most " \
+                   f"{THEME_MAX_BYTES >> 10} KiB)"
+        if any(cls in text for cls in ("jp-Notebook", "jp-Cell", "jp-InputArea", "nbconvert")):
+            return "looks like a rendered notebook (nbconvert's markup), not a template"
+        return ""
     if path.suffix != ".ipynb":
         return ""
     try:
@@ -322,19 +350,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # tests/ -> the course
 
 
 def test_every_notebook_installs_coursekit_from_this_repository():
     from coursekit._course import REPO
 
-    for path in sorted(ROOT.glob("book/*.ipynb")) + sorted(ROOT.glob("exercises/*/*.ipynb")):
+    paths = sorted(ROOT.glob("book/*.ipynb")) + sorted(ROOT.glob("exercises/*/*.ipynb"))
+    assert paths, ROOT
+    for path in paths:
         setup = next(c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
         assert f"git+https://github.com/{REPO}@" in "".join(setup["source"]), path
 
 
 def test_exercises_are_released_and_clean():
-    for path in sorted(ROOT.glob("exercises/*/*.ipynb")):
+    paths = sorted(ROOT.glob("exercises/*/*.ipynb"))
+    assert paths, ROOT
+    for path in paths:
         text = path.read_text()
         for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "Mark scheme (graders only)"):
             assert marker not in text, (path, marker)
