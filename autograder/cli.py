@@ -289,6 +289,20 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+def _positive(kind: type):
+    """An argparse type: a number above zero (a limit of 0 or -3 workers would grade nobody)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
 def _course_limits():
     """``limits(key)``: where a grading limit comes from, for the help: course.yml's course-wide value,
     or the built-in one while the course file cannot be read (the help still shows)."""
@@ -329,9 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("source", help="the LMS zip, or a folder")
     p.add_argument("out", help="folder to write <student id>_<assignment>.ipynb files into")
     p.add_argument("--roster", type=Path, default=None, help="CSV with student_id,lms_id[,name,email,login,section]")
-    p.add_argument("--max-file-mb", type=float, default=MAX_FILE_BYTES >> 20,
+    p.add_argument("--max-file-mb", type=_positive(float), default=MAX_FILE_BYTES >> 20,
                    help="largest notebook taken from the zip, in MiB (counted as it inflates)")
-    p.add_argument("--max-total-mb", type=float, default=MAX_TOTAL_BYTES >> 20,
+    p.add_argument("--max-total-mb", type=_positive(float), default=MAX_TOTAL_BYTES >> 20,
                    help="most MiB of notebooks taken from one zip")
     p.set_defaults(func=_cmd_collect)
 
@@ -349,10 +363,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="add students who are not on the roster (by default their files are reported, not graded)")
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     _grading_dir_option(p)
-    p.add_argument("--workers", type=int, default=None, help="parallel graders (default: one per CPU core)")
+    p.add_argument("--workers", type=_positive(int), default=None, help="parallel graders (default: one per CPU core)")
     p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
                    help="run student code in bubblewrap: auto (when it works, else warn), on, off")
-    p.add_argument("--memory-mb", type=int, default=None,
+    p.add_argument("--memory-mb", type=_positive(int), default=None,
                    help=f"memory limit per kernel (default: {limits('memory_mb')}): its address space, or its "
                         "data segment when the kernels get the GPU")
     p.add_argument("--cluster", default=None,
@@ -361,9 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db-url", default=None,
                    help="the gradebook's database, e.g. postgresql://grader@dbhost/course; recorded in the "
                         "grading folder for later commands (default: grading/gradebook.db, SQLite)")
-    p.add_argument("--cell-timeout", type=int, default=None,
+    p.add_argument("--cell-timeout", type=_positive(int), default=None,
                    help=f"seconds per cell (default: {limits('cell_timeout')})")
-    p.add_argument("--notebook-timeout", type=int, default=None,
+    p.add_argument("--notebook-timeout", type=_positive(int), default=None,
                    help=f"seconds per notebook (default: {limits('notebook_timeout')})")
     p.set_defaults(func=_cmd_grade)
 

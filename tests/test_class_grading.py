@@ -185,3 +185,14 @@ def test_help_shows_defaults_and_examples():
         assert proc.returncode == 0 and "example" in proc.stdout, command
     grade_help = run([sys.executable, "-m", "autograder", "grade", "--help"]).stdout
     assert "(default: auto)" in grade_help and "8192" in grade_help and "300" in grade_help
+
+
+@pytest.mark.parametrize("flag", ["--workers=-3", "--cell-timeout=0", "--notebook-timeout=-1", "--memory-mb=many"])
+def test_a_limit_that_would_grade_nobody_is_refused_before_anything_runs(flag, tmp_path):
+    """A cell limit of 0 s gave every student 0 (undoable, but no instructor means it): such a
+    flag is a usage error, exit status 2, one line naming the flag, and no grading folder."""
+    proc = run([sys.executable, "-m", "autograder", "grade", "attention", str(tmp_path), flag,
+                "--grading-dir", str(tmp_path / "grading")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument {flag.split('=')[0]}: must be a number above 0" in proc.stderr.splitlines()[-1]
+    assert not (tmp_path / "grading").exists()
