@@ -91,8 +91,11 @@ def test_grade_reads_an_lms_zip_and_exports_for_the_lms(tmp_path):
     column = "Multi-head attention and positional encoding"  # the assignment's title in course.yml
     assert canvas[0]["Student"].strip() == "Points Possible" and canvas[0][column] == "30"
     assert canvas[1]["ID"] == "1001" and canvas[1]["SIS User ID"] == "s001" and canvas[1][column] == "0"
+    # the roster's name, not the slug of the Canvas file name ("leeann")
+    assert canvas[1]["Student"] == "Lee Ann"
     moodle = _rows(tmp_path / "out" / "moodle.csv")
     assert moodle[0]["ID number"] == "s001" and moodle[0]["Email address"] == "lee@uni.example"
+    assert moodle[0]["Full name"] == "Lee Ann"
     for png in ("histogram.png", "pass_rates.png"):
         assert (tmp_path / "out" / png).read_bytes()[:4] == b"\x89PNG"
 

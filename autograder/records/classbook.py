@@ -133,8 +133,10 @@ def class_rows(grading: Path, assignment: str, released_nb) -> list[ClassRow]:
         row = rows.get(sid)
         if row is None:
             row = rows[sid] = ClassRow(sid, "no submission", reason="no submission", max_score=max_points)
+        # the roster is the instructor's list: its values win over what an LMS file name says
+        # (a Canvas file carries a lower-case slug such as "adaada", not the student's name)
         for key in ("lms_id", "name", "email", "login", "section"):
-            if entry.get(key, "").strip() and not row.lms.get(key):
+            if entry.get(key, "").strip():
                 row.lms[key] = entry[key].strip()
     for row in rows.values():
         row.max_score = row.max_score or max_points
