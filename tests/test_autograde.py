@@ -166,7 +166,7 @@ def test_bad_files_get_a_clear_line_and_zero(graded):
     table = report.table()
     for sid in ("full", "untouched", "corrupt", "report", "crash"):
         assert sid in table
-    assert "12 submissions: 10 graded, 2 with errors" in table
+    assert "12 files: 10 graded, 2 not graded" in table
 
 
 def test_a_function_that_kills_its_kernel_costs_only_its_own_tests(graded):

@@ -79,7 +79,7 @@ def test_the_summary_lists_the_rostered_student_who_handed_nothing_in(graded_cla
     assert {r.student_id: r.score for r in report.results} == {"s1": 30, "s2": 30, "s3": 24}
     assert [(r.student_id, r.status) for r in report.absent] == [("s4", "no submission")]
     table = report.table()
-    assert "s4" in table and "no submission" in table and "1 students of the roster handed nothing in" in table
+    assert "s4" in table and "no submission" in table and "1 student of the roster handed nothing in" in table
     assert (graded_class["reports"] / "feedback" / "s4.html").exists()
     assert _rows(graded_class["reports"] / "grades.csv")["s4"]["status"] == "no submission"
 

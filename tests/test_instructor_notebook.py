@@ -113,7 +113,7 @@ def test_results_zip_holds_grades_feedback_and_instructor_files(run):
 def test_summary_plots_and_problems_are_shown(run):
     nb, _, _, _ = run
     graded = _text(_cell(nb, "grade"))
-    assert "3 submissions: 2 graded, 1 with errors" in graded  # the grader's table, streamed
+    assert "3 files: 2 graded, 1 not graded" in graded  # the grader's table, streamed
     results = _cell(nb, "results")
     pngs = [o for o in results.outputs if "image/png" in o.get("data", {})]
     assert len(pngs) == 2  # histogram and pass rates

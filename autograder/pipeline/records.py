@@ -59,9 +59,9 @@ class Report:
         lines.insert(1, "-" * (sum(widths) + 10))
         graded = [r for r in self.results if r.status == "graded"]
         missing = [r for r in self.absent if r.status == "no submission"]
-        lines.append(f"{len(self.results)} submissions: {len(graded)} graded, "
-                     f"{len(self.results) - len(graded)} with errors (scored 0)"
-                     + (f"; {len(missing)} students of the roster handed nothing in" if missing else ""))
+        lines.append(f"{_count(len(self.results), 'file')}: {len(graded)} graded, "
+                     f"{len(self.results) - len(graded)} not graded (the note says why)"
+                     + (f"; {_count(len(missing), 'student')} of the roster handed nothing in" if missing else ""))
         changed = [c for c in self.changes if c.old != "no grade"]  # grades that existed before this run
         if changed:
             lines.append(f"{len(changed)} grade{'s' if len(changed) != 1 else ''} changed: "
@@ -69,3 +69,7 @@ class Report:
                          + f" (to take this run back: python -m autograder undo {self.assignment})")
         return "\n".join(w for w in self.warnings) + ("\n" if self.warnings else "") + \
             "\n".join(line.rstrip() for line in lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
