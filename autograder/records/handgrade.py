@@ -167,6 +167,7 @@ details summary { color: #666; font-size: small; cursor: pointer; }
 textarea { width: 100%; height: 3.5em; }
 input[type=number] { width: 6em; }
 table td { padding: 0.2rem 0.8rem 0.2rem 0; }
+.anchor-link { display: none; }  /* the heading anchors of the rendered question: no page of anchors here */
 """
 
 
