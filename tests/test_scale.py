@@ -100,13 +100,23 @@ def postgres():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_postgresql_gradebook_gives_the_same_grades_as_sqlite(postgres, small_class, local_grades, tmp_path):
-    """Grading into PostgreSQL (two workers writing to it at once) and exporting from it later."""
-    grading = tmp_path / "grading"
+@pytest.fixture(scope="module")
+def postgres_graded(postgres, small_class, tmp_path_factory) -> tuple[str, Path, Path]:
+    """The small class graded into PostgreSQL once (two workers writing to it at once): the
+    database URL, the grading folder and the reports folder.  Tests that stop a later run
+    leave it as it was (that is what they check)."""
+    tmp = tmp_path_factory.mktemp("pg_graded")
+    grading, out = tmp / "grading", tmp / "out"
     proc = run([sys.executable, "-m", "autograder", "grade", "attention", str(small_class), "--workers", "2",
-                "--db-url", postgres, "--grading-dir", str(grading), "--out", str(tmp_path / "out")])
+                "--db-url", postgres, "--grading-dir", str(grading), "--out", str(out)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _grades(tmp_path / "out" / "grades.csv") == local_grades
+    return postgres, grading, out
+
+
+def test_a_postgresql_gradebook_gives_the_same_grades_as_sqlite(postgres_graded, local_grades, tmp_path):
+    """Grading into PostgreSQL (two workers writing to it at once) and exporting from it later."""
+    postgres, grading, out = postgres_graded
+    assert _grades(out / "grades.csv") == local_grades
     assert not (grading / "gradebook.db").exists()  # nothing went to SQLite on the side
     from nbgrader.api import Gradebook
 
@@ -137,21 +147,22 @@ def _dump(url: str) -> dict:
 
 
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
-def test_a_run_killed_half_way_leaves_a_postgresql_record_as_it_was(postgres, small_class, tmp_path, signal_name):
+def test_a_run_killed_half_way_leaves_a_postgresql_record_as_it_was(postgres_graded, small_class, signal_name):
     """A run into PostgreSQL stopped while it judges (SIGKILL, or Ctrl-C): not a row changed."""
-    grading = tmp_path / "grading"
-    first = run([sys.executable, "-m", "autograder", "grade", "attention", str(small_class), "--workers", "1",
-                 "--db-url", postgres, "--grading-dir", str(grading)])
-    assert first.returncode == 0, first.stdout + first.stderr
+    postgres, grading, _ = postgres_graded
     before = _dump(postgres)
+    assert before and any(before.values())
+    # a run killed by the other parametrisation leaves its folder until the next run starts
+    earlier = set((grading / "runs").glob("*")) if (grading / "runs").is_dir() else set()
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "attention", str(small_class),
                              "--workers", "1", "--grading-dir", str(grading)], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None \
-            and not list((grading / "runs").glob("*/workers/*/status/*.json")):
+            and not [p for p in (grading / "runs").glob("*/workers/*/status/*.json") if p.parents[3] not in earlier]:
         time.sleep(0.1)
     assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+    assert time.monotonic() < deadline, "the second run judged no submission in 300 s"
     os.killpg(proc.pid, getattr(signal, signal_name))
     proc.wait(120)
     assert _dump(postgres) == before
