@@ -305,3 +305,19 @@ def test_release_is_recorded_once_per_grading_folder(tmp_path, monkeypatch):
     (tmp_path / "g" / "release" / ".attention.sources").write_text("stale")
     with pytest.raises(AssertionError, match="released again"):
         G.grade("attention", empty, out_dir=tmp_path / "o3", grading_dir=tmp_path / "g")
+
+
+def test_the_feedback_memo_keeps_short_sources_only_and_a_bounded_number():
+    """Feedback pages highlight the cells every student shares once per grading process; a
+    student's long cell is converted each time, and the memo never grows past its bound."""
+    from autograder.judge import feedback
+
+    calls = []
+    upper = feedback.memoised("test", lambda source: calls.append(source) or source.upper())
+    assert upper("q = k @ v") == upper("q = k @ v") == "Q = K @ V" and calls == ["q = k @ v"]
+    long = "x" * (feedback.MEMO_MAX_CHARS + 1)
+    assert upper(long) == upper(long) and calls.count(long) == 2
+    for i in range(feedback.MEMO_MAX_ENTRIES + 10):
+        upper(f"cell {i}")
+    assert 0 < len(feedback._memo) <= feedback.MEMO_MAX_ENTRIES
+    assert not any(len(key[1]) > feedback.MEMO_MAX_CHARS for key in feedback._memo)

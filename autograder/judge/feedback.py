@@ -104,6 +104,28 @@ class FeedbackLabels(Preprocessor):
         return out
 
 
+MEMO_MAX_CHARS = 20_000   # longer sources (a student's own) are converted each time
+_memo: dict = {}          # (filter, arguments) -> HTML, for this process: one class's identical cells
+MEMO_MAX_ENTRIES = 4096
+
+
+def memoised(kind: str, convert):
+    """``convert`` with one result per distinct short input, kept for the grading process: every
+    page of a class shows the same prompts, examples and visible tests, and highlighting their
+    code took a third of a page's time.  A long source (a student's own, possibly huge) is not
+    kept, so the memo stays within MEMO_MAX_ENTRIES x MEMO_MAX_CHARS."""
+    def call(source, *args, **kw):
+        if not isinstance(source, str) or len(source) > MEMO_MAX_CHARS:
+            return convert(source, *args, **kw)
+        key = (kind, source, repr(args), repr(sorted(kw.items())))
+        if key not in _memo:
+            if len(_memo) >= MEMO_MAX_ENTRIES:
+                _memo.clear()
+            _memo[key] = convert(source, *args, **kw)
+        return _memo[key]
+    return call
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML exporter for pages that show a student's notebook to anyone: every
     piece of the student's markdown and outputs goes through ``autograder.text.htmlsafe`` (math as
@@ -132,7 +154,7 @@ class FeedbackExporter(HTMLExporter):
         from autograder.text import htmlsafe
 
         yield from super().default_filters()
-        yield ("markdown2html", lambda source, *a, **k: htmlsafe.markdown_to_html(source))
+        yield ("markdown2html", memoised("markdown", lambda source, *a, **k: htmlsafe.markdown_to_html(source)))
         yield ("clean_html", htmlsafe.sanitize)
         yield ("latex2mathml", htmlsafe.latex_to_html)
 
@@ -152,7 +174,7 @@ class FeedbackExporter(HTMLExporter):
         langinfo = nb.metadata.get("language_info", {})
         lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
         self.register_filter("highlight_code", self.filters.get(
-            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+            "highlight_code", memoised(f"highlight:{lexer}", Highlight2HTML(pygments_lexer=lexer, parent=self))))
         resources = self._init_resources(resources)
         facts = self._facts()
         student = (resources.get("nbgrader") or {}).get("student")
