@@ -56,6 +56,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     # filled in by the stages
     backend: object = None
+    checking: object = None                         # the sandbox's self-test, started by read (stages.Ahead)
     rel: object = None
     release: object = None
     info: object = None

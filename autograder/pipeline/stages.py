@@ -114,10 +114,39 @@ def collect(run, source) -> Collected:
 
 # ----------------------------------------------------------------------------- 2. read
 
+class Ahead:
+    """``fn()`` started now in a thread of its own; ``result()`` waits for it and returns its value
+    or raises its exception.  A daemon: a run that stops early does not wait for it."""
+
+    def __init__(self, fn):
+        import threading
+
+        self._value = self._error = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="course-ahead")
+        self._thread.start()
+
+    def _run(self, fn) -> None:
+        try:
+            self._value = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to result()
+            self._error = exc
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def read(run, collected: Collected) -> list[Submission]:
     """Every file read, rebuilt and repaired into a Submission, or given the reason it cannot be
     graded; every entry of the download that is not a notebook keeps its row (as a remark on its
-    student's row when that student has a notebook here too)."""
+    student's row when that student has a notebook here too).  The sandbox's self-test (seconds,
+    in processes of its own) starts first and runs beside the reading; ``prepare`` takes its
+    answer."""
+    if any(e.target for e in collected.entries):
+        settings = run.settings
+        run.checking = Ahead(lambda: run.backend.check(settings))
     rel = run.rel = released_notebook(run)
     subs: list[Submission] = []
     seen: dict[str, Submission] = {}
@@ -186,7 +215,7 @@ def prepare(run, subs: list[Submission]) -> list[Submission]:
     run.release = prepare_release(run.assignment, run.paths.root, run.paths.course)
     if not any(s.nb is not None and not s.error for s in subs):
         return subs
-    info, warnings = run.backend.check(run.settings)
+    info, warnings = run.checking.result() if run.checking is not None else run.backend.check(run.settings)
     run.report.warnings += warnings
     run.info = info
     run.settings = replace(run.settings, bwrap=info.bwrap, gpu=info.gpu,

@@ -34,19 +34,19 @@ def _root_name(node) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _object_aliases(tree, modules: set[str]) -> set[str]:
+def _object_aliases(nodes, modules: set[str]) -> set[str]:
     """Names bound to something reached from a module (``T = torch.Tensor``): patching
-    ``T.__float__`` patches torch."""
+    ``T.__float__`` patches torch.  ``nodes``: every node of a cell (``ast.walk``)."""
     names = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Assign) and _root_name(node.value) in modules:
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names
 
 
-def _module_aliases(tree) -> set[str]:
+def _module_aliases(nodes) -> set[str]:
     names = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -85,14 +85,15 @@ def scan(nb, released_nb) -> list[str]:
             tree = ast.parse(_strip_magics(cell.source))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue  # unreadable code only costs the student that cell
-        modules |= _module_aliases(tree)
-        modules |= _object_aliases(tree, modules)
+        nodes = list(ast.walk(tree))  # walked once, read three times
+        modules |= _module_aliases(nodes)
+        modules |= _object_aliases(nodes, modules)
         if not meta.get("locked"):
-            code_cells.append((meta.get("grade_id") or f"cell {len(code_cells) + 1}", tree, cell.source))
+            code_cells.append((meta.get("grade_id") or f"cell {len(code_cells) + 1}", nodes, cell.source))
 
     findings = []
-    for where, tree, source in code_cells:
-        for node in ast.walk(tree):
+    for where, nodes, source in code_cells:
+        for node in nodes:
             targets = []
             if isinstance(node, (ast.Assign, ast.Delete)):
                 targets = node.targets
