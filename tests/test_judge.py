@@ -282,6 +282,28 @@ def test_errors_of_the_students_code_come_back_as_their_type(student):
         student.missing()
 
 
+def test_a_kernel_just_started_shows_its_first_cell_and_answers_its_first_request(monkeypatch):
+    """The start-up handshake (KernelSession._wait_ready) waits until IOPub is connected: a kernel's
+    first cell keeps its output and the first request is answered, kernel after kernel; the
+    handshake is the session's own (jupyter_client's wait_for_ready waits for IOPub to be quiet)."""
+    from jupyter_client.blocking.client import BlockingKernelClient
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("jupyter_client's wait_for_ready was used")
+
+    monkeypatch.setattr(BlockingKernelClient, "wait_for_ready", not_here)
+    for i in range(4):
+        session = KernelSession("python3", Path(tempfile.mkdtemp()) / "work", env={}, ipc=True)
+        try:
+            session.start()
+            run = session.execute(f"print('first {i}')\ndef twice(x): return 2 * x", timeout=60)
+            assert run.status == "ok", run
+            assert "".join(o.get("text", "") for o in run.outputs) == f"first {i}\n"
+            assert RemoteStudent(session, 30, []).twice(i + 1) == 2 * (i + 1)
+        finally:
+            session.stop()
+
+
 def test_local_objects_must_be_sent_explicitly(kernel):
     _, remote = kernel
     with pytest.raises(TypeError, match="student.send"):

@@ -156,7 +156,7 @@ class KernelSession:
             self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             self.kc = km.client(context=self.context)
             self.kc.start_channels()
-            self.kc.wait_for_ready(timeout=wait)
+            self._wait_ready(deadline)
         except Exception as exc:  # noqa: BLE001 - whatever failed, nothing may keep running
             self.stop()
             raise KernelDied(f"the kernel did not start ({type(exc).__name__}: {exc})"[:300]) from None
@@ -171,6 +171,33 @@ class KernelSession:
             self.stop()
             raise KernelDied(f"the kernel could not load the course package ({run.ename}: {run.evalue})")
         self.copy_pending = False
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Ask for the kernel's info until it answers on the shell channel and a message has come
+        through IOPub (a subscription made just now misses what was published before it was in
+        place).  jupyter_client's ``wait_for_ready`` does the same, then waits until IOPub has
+        been quiet for 0.2 s: a third of a kernel's start, and needless here, where every loop
+        reads only its own request's messages."""
+        while True:
+            msg_id = self.kc.kernel_info()
+            replied = heard = False
+            step = time.monotonic() + 1.0  # no answer within a second: ask again
+            while time.monotonic() < min(step, deadline) and not (replied and heard):
+                got = self._poll(0.05)
+                if got is None or got[1] is None:
+                    continue
+                chan, msg = got
+                heard = heard or chan == "iopub"
+                if chan == "shell" and msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    replied = True
+                    self.kc._handle_kernel_info_reply(msg)  # the protocol version it speaks
+                    step = min(step, time.monotonic() + 0.2)  # IOPub's own messages follow at once
+            if replied and heard:
+                return
+            if not self.alive():
+                raise RuntimeError("the kernel died before it answered")
+            if time.monotonic() >= deadline:
+                raise RuntimeError("the kernel did not answer in time")
 
     def alive(self) -> bool:
         try:

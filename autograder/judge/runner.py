@@ -256,6 +256,8 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
                 if run.status in ("died", "timeout"):
                     raise KernelDied(run.evalue)
         except KernelDied as exc:
+            if left() <= 0:  # the kernel could not start or replay in the time that was left
+                return stop(over)
             return stop(f"a fresh kernel could not replay the notebook ({exc}); the rest was not run")
         notes.append("a fresh kernel re-ran the cells before it, and the notebook went on")
 
