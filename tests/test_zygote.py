@@ -186,3 +186,32 @@ def test_stopping_a_session_kills_its_forked_kernel(grader):
     while len(_descendants(zygote)) > idle and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(_descendants(zygote)) == idle
+
+
+def test_the_zygote_has_imported_what_a_kernel_imports_as_it_starts(tmp_path):
+    """A kernel forked from the zygote imports nothing heavy of its own before its first cell: what
+    ipykernel's start-up imports (its debugger brings debugpy) is in ``zygote.KERNEL_MODULES``,
+    and importing it starts no thread (the zygote forks)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import importlib, json, os, sys
+from autograder.isolation.zygote import KERNEL_MODULES
+import torch  # the zygote's preload, as JudgedExecute starts it
+threads = len(os.listdir("/proc/self/task"))
+for name in KERNEL_MODULES:
+    importlib.import_module(name)
+assert len(os.listdir("/proc/self/task")) == threads, "an import started a thread before the zygote forks"
+before = set(sys.modules)
+from ipykernel.kernelapp import IPKernelApp
+IPKernelApp.instance().initialize(["-f", {str(tmp_path / "kernel.json")!r}])
+new = sorted(m for m in set(sys.modules) - before
+             if m.split(".")[0] in ("debugpy", "_pydevd_bundle", "_pydev_bundle", "pydevd", "IPython", "ipykernel",
+                                    "jupyter_client", "zmq", "tornado", "psutil", "sqlite3", "traitlets"))
+print(json.dumps(new), file=sys.__stdout__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -51,6 +51,11 @@ CAP_VERSION_3 = 0x20080522
 HEADER = struct.Struct("!Q")
 CONN_INSIDE = "/.course-conn"  # as autograder.isolation.policy.CONN_INSIDE (this file runs alone in its sandbox)
 MAX_REQUEST = 64 << 20  # the copy of a submission is far smaller; anything larger is refused
+# what a kernel imports before it runs any cell: ipykernel itself, then what IPKernelApp.initialize
+# imports (its debugger brings debugpy: 0.1 s of CPU in every kernel); none of it starts a thread
+KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.debugger", "IPython.core.debugger", "IPython.core.completerlib",
+                  "IPython.core.oinspect", "IPython.extensions.storemagic", "IPython.utils.wildcard", "psutil", "sqlite3",
+                  "tornado.platform.asyncio")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -301,8 +306,13 @@ def serve(sock_path: str, setup: dict, preload: list[str]) -> None:
     server.listen(64)
     import importlib
 
-    for name in ["ipykernel.kernelapp", *preload]:  # the kernel's own start-up, paid once
-        importlib.import_module(name)
+    for name in [*KERNEL_MODULES, *preload]:  # the kernel's own start-up, paid once
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            if name not in KERNEL_MODULES[1:] or name in preload:
+                raise
+            # another version of ipykernel may not use it: each kernel imports what it needs
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     while True:
         ready, _, _ = select.select([server], [], [], 1.0)
