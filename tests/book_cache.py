@@ -6,34 +6,12 @@ executes it itself as usual.  Used by this repository's tests and by the publish
 course's (``python -m autograder publish`` copies this file)."""
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK_CACHE = ROOT / "_build" / ".jupyter_cache"  # execute_notebooks: cache in _config.yml
-DONE = ROOT / "_build" / ".nbval-done"  # <test run>/<page>: nbval has finished the page (passed or not)
-
-
-def _done_marker(page: str) -> Path | None:
-    """Where a page finished by nbval is marked, for the workers of one pytest-xdist run."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    return DONE / run / Path(page).name if run else None
-
-
-def wait_for_pages(pages, timeout: float = 1800.0) -> list[str]:
-    """Wait until another pytest-xdist worker has finished each page in ``pages`` (each cached,
-    unless it failed), so that a book build does not execute it a second time beside it.
-    Returns the pages still not finished after ``timeout`` s (the build then runs them itself)."""
-    left = {str(p) for p in pages}
-    deadline = time.monotonic() + timeout
-    while left and time.monotonic() < deadline:
-        left = {p for p in left if not ((m := _done_marker(p)) is None or m.exists())}
-        if left:
-            time.sleep(2)
-    return sorted(left)
 
 
 class _BookPagesIntoCache:
@@ -67,19 +45,9 @@ class _BookPagesIntoCache:
             self.ran[str(page)] = self.ran.get(str(page), 0) + 1
         if nextitem is not None and nextitem.parent is item.parent:
             return  # more cells of this page to come
-        try:
-            self._cache(item, page)
-        finally:  # whatever happened to it, the page is done: a build waiting for it goes on
-            marker = _done_marker(str(page))
-            if marker is not None:
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                marker.touch()
-
-    def _cache(self, item, page: Path) -> None:
-        if str(page) in self.failed:
-            return
         nb = item.parent.nb
-        if self.ran.get(str(page)) != sum(1 for c in nb.cells if c.cell_type == "code"):
+        n_code = sum(1 for c in nb.cells if c.cell_type == "code")
+        if str(page) in self.failed or self.ran.get(str(page)) != n_code:
             return
         try:
             from jupyter_cache import get_cache

@@ -173,14 +173,8 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def built_book(request):
-    """Build the book as the README's build command does (cached execution), once the pages that
-    another worker runs (BOOK_PAGES_APART) are done and cached."""
-    from book_cache import wait_for_pages
-
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:  # the unit runs beside this one
-        wait_for_pages({str(ROOT / item.nodeid.split("::", 1)[0]) for item in request.session.items
-                        if work_unit(item.nodeid) == "book-apart"})
+def built_book():
+    """Build the book as the README's build command does (cached execution)."""
     jb = Path(sys.executable).parent / "jupyter-book"
     proc = run([str(jb), "build", ".", "--warningiserror", "--keep-going"])
     assert proc.returncode == 0, "book build failed:\n" + (proc.stdout + proc.stderr)[-4000:]
@@ -201,10 +195,6 @@ def pytest_configure(config):
 # the tests that build, open or publish the book come after them on the same worker, so the
 # build finds every page already executed.
 BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publish.py"}
-# The longest page is a unit of its own, "book-apart", which the other worker runs beside the
-# rest of the book (the two units start first, one on each worker); the build waits until it
-# is done (book_cache.wait_for_pages).  Alone, the book group was the longest path of the suite.
-BOOK_PAGES_APART = {"06_bert.ipynb"}
 # Units start in this order (the book group first): a long module left for the end would keep
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
@@ -214,10 +204,8 @@ SLOW_FIRST = ["test_scale.py", "test_finetune.py", "test_release.py", "test_arit
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: "book", "book-apart", or its module's path."""
+    """The unit of work a test belongs to: "book", or its module's path."""
     path = nodeid.split("::", 1)[0]
-    if path.startswith("book/") and Path(path).name in BOOK_PAGES_APART:
-        return "book-apart"
     return "book" if path.startswith("book/") or Path(path).name in BOOK_GROUP_MODULES else path
 
 
@@ -225,10 +213,8 @@ def _start_rank(nodeid: str) -> int:
     unit = work_unit(nodeid)
     if unit == "book":
         return 0
-    if unit == "book-apart":  # the second unit: the other worker starts with it
-        return 1
     name = Path(unit).name
-    return 2 + SLOW_FIRST.index(name) if name in SLOW_FIRST else 2 + len(SLOW_FIRST)
+    return 1 + SLOW_FIRST.index(name) if name in SLOW_FIRST else 1 + len(SLOW_FIRST)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the fixtures: the build would take minutes
