@@ -206,3 +206,27 @@ def test_a_late_file_is_matched_and_its_feedback_page_says_so(graded_class):
     assert _rows(grading / "reports" / "attention" / "grades.csv")["s4"]["late"] == "yes"
     page = (grading / "reports" / "attention" / "feedback" / "s4.html").read_text()
     assert "<td>submitted</td><td class=\"lost\">late</td>" in page
+
+
+
+def test_a_run_number_never_reads_as_an_id_prefix(tmp_path, monkeypatch):
+    """A number names a run's place in the history, even where another run's id begins with it."""
+    ids = iter(["3aaa" + "1" * 28, "2bbb" + "2" * 28, "3aaa" + "3" * 28, "d" * 32, "e" * 32])
+    url = f"sqlite:///{tmp_path / 'record.db'}"
+    from nbgrader.api import Gradebook
+    with Gradebook(url) as gb:  # nbgrader's tables, which the record lives beside
+        gb.update_or_create_assignment("attention")
+    monkeypatch.setattr(classrecord.uuid, "uuid4", lambda: type("U", (), {"hex": next(ids)})())
+    for n in (1, 2, 3):
+        classrecord.commit(url, classrecord.Commit("attention", intake={f"f{n}": {"n": n}}))
+    with pytest.raises(classrecord.RecordError, match="names 2 runs"):
+        classrecord.undo(url, "attention", "3aaa")
+    _, undone, _ = classrecord.undo(url, "attention", "2")  # run 2's id begins with "2"; run 1's and 3's with "3"
+    assert [r.seq for r in undone] == [2, 3]
+    assert classrecord.read_intake(url, "attention") == {"f1": {"n": 1}}
+    with pytest.raises(classrecord.RecordError, match="already undone"):
+        classrecord.undo(url, "attention", "3")
+    with pytest.raises(classrecord.RecordError, match="no run '7'"):
+        classrecord.undo(url, "attention", "7")
+    classrecord.undo(url, "attention", "4")  # the undo, undone: f2 and f3 come back
+    assert classrecord.read_intake(url, "attention") == {f"f{n}": {"n": n} for n in (1, 2, 3)}

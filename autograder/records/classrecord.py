@@ -290,9 +290,7 @@ def undo(url: str, assignment: str, run: str | None = None) -> tuple[RunEntry, l
                     raise RecordError(f"nothing to undo: no run of {assignment} in the history")
                 first = targets[-1]
             else:
-                first = next((r for r in runs if r.id.startswith(run) or str(r.seq) == str(run)), None)
-                if first is None:
-                    raise RecordError(f"no run {run!r} of {assignment} in the history (see: history {assignment})")
+                first = _named_run(runs, str(run), assignment)
                 if first.data.get("undone_by"):
                     raise RecordError(f"run {first.seq} of {assignment} was already undone")
             undone = [r for r in live if r.seq >= first.seq]
@@ -317,6 +315,24 @@ def undo(url: str, assignment: str, run: str | None = None) -> tuple[RunEntry, l
             return entry, undone, changes
     finally:
         engine.dispose()
+
+
+def _named_run(runs: list[RunEntry], name: str, assignment: str) -> RunEntry:
+    """The run ``name`` names: a number is its place in the history (never an id prefix, which
+    may be made of digits too); otherwise a prefix of its id, of at least 4 characters, that
+    names one run only."""
+    if name.isdigit():
+        found = [r for r in runs if r.seq == int(name)]
+    elif len(name) >= 4:
+        found = [r for r in runs if r.id.startswith(name.lower())]
+    else:
+        found = []
+    if len(found) > 1:
+        raise RecordError(f"{name!r} names {len(found)} runs of {assignment}; give more of the id "
+                          f"(see: history {assignment})")
+    if not found:
+        raise RecordError(f"no run {name!r} of {assignment} in the history (see: history {assignment})")
+    return found[0]
 
 
 def staged_rows(staging_url: str, assignment: str, students: list[str]) -> dict:
