@@ -168,6 +168,15 @@ def assert_gradebook_consistent(url: str, assignment: str, graded: set[str]) -> 
         engine.dispose()
 
 
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` for a command a test stops with Ctrl-C: SIGINT at its default, as in a
+    terminal.  A child inherits an ignored SIGINT (a suite started in the background of a
+    script, ``nohup``), and Python then installs no KeyboardInterrupt: the Ctrl-C would be lost."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, **kw)
 

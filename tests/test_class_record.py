@@ -25,7 +25,7 @@ import pytest
 from autograder.cli import main as cli
 from autograder.pipeline.run import grade
 from autograder.records import classrecord
-from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
+from conftest import ROOT, WRONG_SOFTMAX, as_from_a_terminal, filled_exercise, set_solution
 
 EXPORTS = ("grades.csv", "canvas.csv", "moodle.csv", "histogram.png", "pass_rates.png")
 
@@ -178,7 +178,8 @@ def test_a_run_killed_half_way_leaves_the_record_as_it_was(graded_class, how):
         (folder / f"{sid}_attention.ipynb").write_bytes(graded_class["wrong"])
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "attention", str(folder),
                              "--grading-dir", str(grading), "--workers", "1"], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ))
+                            preexec_fn=as_from_a_terminal, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         statuses = list((grading / "runs").glob("*/workers/*/status/*.json"))

@@ -23,7 +23,8 @@ import pytest
 
 from autograder.records import gradebook
 from autograder.pipeline.run import grade
-from conftest import WRONG_SOFTMAX, ROOT, assert_gradebook_consistent, filled_exercise, read_nb, run, set_solution
+from conftest import (WRONG_SOFTMAX, ROOT, as_from_a_terminal, assert_gradebook_consistent, filled_exercise, read_nb, run,
+                      set_solution)
 
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
 # the columns that carry grades (notes hold timings and worker names, which may differ)
@@ -156,7 +157,7 @@ def test_a_run_killed_half_way_leaves_a_postgresql_record_as_it_was(postgres_gra
     earlier = set((grading / "runs").glob("*")) if (grading / "runs").is_dir() else set()
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "attention", str(small_class),
                              "--workers", "1", "--grading-dir", str(grading)], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            preexec_fn=as_from_a_terminal, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None \
             and not [p for p in (grading / "runs").glob("*/workers/*/status/*.json") if p.parents[3] not in earlier]:
