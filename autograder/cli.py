@@ -69,7 +69,7 @@ def _has_files(source: Path) -> bool:
 
 def _cmd_grade(args) -> int:
     from autograder.authoring.release import ReleaseError
-    from autograder.course.errors import GradingError
+    from autograder.course.errors import GradingError, StoppedAfterCommit
     from autograder.pipeline.run import grade
 
     _known([args.assignment])
@@ -87,6 +87,11 @@ def _cmd_grade(args) -> int:
                        add_students=args.add_students)
     except (ReleaseError, GradingError) as exc:
         raise CliError(str(exc)) from None
+    except StoppedAfterCommit as stop:
+        print(f"\nstopped after this run's grades reached the class record (run {stop.run_id[:8]} of the history; "
+              f"python -m autograder undo {stop.assignment} takes it back); its exports may lag behind: "
+              f"python -m autograder export {stop.assignment}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("\nstopped: nothing of this run reached the class record", file=sys.stderr)
         return 130
@@ -195,16 +200,17 @@ def _rebuild(args):
 
 
 def _cmd_undo(args) -> int:
-    from autograder.records.classrecord import RecordError
+    from autograder.pipeline.run import held_interrupt
+    from autograder.records.classrecord import RecordError, undo
     from autograder.records.files import restore_files
-    from autograder.records.classrecord import undo
 
     url = _recorded(args)
-    try:
-        entry, undone, changes = undo(url, args.assignment, args.run)
-    except RecordError as exc:
-        raise CliError(str(exc)) from None
-    restore_files(_grading_dir(args).resolve(), args.assignment, entry.id, [r.id for r in undone])
+    with held_interrupt():  # the record and the files it names change together
+        try:
+            entry, undone, changes = undo(url, args.assignment, args.run)
+        except RecordError as exc:
+            raise CliError(str(exc)) from None
+        restore_files(_grading_dir(args).resolve(), args.assignment, entry.id, [r.id for r in undone])
     _rebuild(args)
     print(f"undid run(s) {', '.join(str(r.seq) for r in undone)} of {args.assignment}: the class record is as it was "
           f"before run {min(r.seq for r in undone)}; exports rebuilt")
@@ -214,6 +220,7 @@ def _cmd_undo(args) -> int:
 
 
 def _cmd_remove(args) -> int:
+    from autograder.pipeline.run import held_interrupt
     from autograder.records.classrecord import Commit, commit, read_roster
     from autograder.records.files import archive_student
 
@@ -227,9 +234,10 @@ def _cmd_remove(args) -> int:
         change.intake[sid] = None
     if args.from_roster:
         change.roster = {k: v for k, v in roster.items() if k not in args.students}
-    run_id, changes = commit(url, change)
-    for sid in args.students:
-        archive_student(_grading_dir(args).resolve(), args.assignment, sid, run_id)
+    with held_interrupt():  # the record and the files it names change together
+        run_id, changes = commit(url, change)
+        for sid in args.students:
+            archive_student(_grading_dir(args).resolve(), args.assignment, sid, run_id)
     _rebuild(args)
     what = "students (from the roster and their submissions)" if args.from_roster else "submissions"
     print(f"removed the {what} of {', '.join(args.students)} from {args.assignment} (run {run_id[:8]}; "

@@ -231,3 +231,53 @@ def test_a_run_number_never_reads_as_an_id_prefix(tmp_path, monkeypatch):
         classrecord.undo(url, "attention", "7")
     classrecord.undo(url, "attention", "4")  # the undo, undone: f2 and f3 come back
     assert classrecord.read_intake(url, "attention") == {f"f{n}": {"n": n} for n in (1, 2, 3)}
+
+
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler in this process (a worker started in the background may have
+    SIGINT ignored), put back as it was afterwards."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("when", ["commit", "export"])
+def test_a_ctrl_c_once_the_record_is_written_says_so(graded_class, capsys, monkeypatch, python_ctrl_c, when):
+    """Ctrl-C while the record is written waits for it (record and files together); during or after
+    that the run stops saying it is in the history, and ``export`` brings the exports level."""
+    from autograder.records import export as export_module
+
+    grading = _copy(graded_class, f"late_ctrl_c_{when}")
+    reports = grading / "reports" / "attention"
+    page = (reports / "feedback" / "s2.html").read_bytes()
+    real_commit = classrecord.commit
+
+    def commit_with_ctrl_c(*args, **kw):
+        os.kill(os.getpid(), signal.SIGINT)  # held: the transaction still runs whole
+        return real_commit(*args, **kw)
+
+    def export_with_ctrl_c(*args, **kw):
+        raise KeyboardInterrupt
+
+    if when == "commit":
+        monkeypatch.setattr(classrecord, "commit", commit_with_ctrl_c)
+    else:
+        monkeypatch.setattr(export_module, "export", export_with_ctrl_c)
+    resubmission = _canvas(graded_class["tmp"] / f"late_{when}.zip",
+                           {"bo_1002_5302_attention.ipynb": graded_class["wrong"]})
+    assert cli(["grade", "attention", str(resubmission), "--grading-dir", str(grading), "--workers", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "stopped after this run's grades reached the class record" in err and "nothing of this run" not in err
+    assert "python -m autograder export attention" in err
+    runs = classrecord.history(f"sqlite:///{grading / 'gradebook.db'}", "attention")
+    assert [r.kind for r in runs] == ["grade", "grade"] and runs[1].id[:8] in err
+    assert runs[1].data["changes"] == [["s2", "30", "24"]]
+    # the graded notebook and the feedback page moved with the transaction, and the old ones kept
+    assert (grading / "feedback" / "s2" / "attention" / "attention.html").is_file()
+    assert list((grading / "history").rglob("s2")), "the page the run replaced is in the history's archive"
+    assert _rows(reports / "grades.csv")["s2"]["total"] == "30"  # the exports lag behind ...
+    monkeypatch.undo()
+    assert cli(["export", "attention", "--grading-dir", str(grading)]) == 0  # ... until export rebuilds them
+    assert _rows(reports / "grades.csv")["s2"]["total"] == "24"
+    assert (reports / "feedback" / "s2.html").read_bytes() != page
