@@ -222,6 +222,8 @@ def test_a_run_number_never_reads_as_an_id_prefix(tmp_path, monkeypatch):
         classrecord.commit(url, classrecord.Commit("attention", intake={f"f{n}": {"n": n}}))
     with pytest.raises(classrecord.RecordError, match="names 2 runs"):
         classrecord.undo(url, "attention", "3aaa")
+    with pytest.raises(classrecord.RecordError, match="at least 4 characters"):
+        classrecord.undo(url, "attention", "2bb")
     _, undone, _ = classrecord.undo(url, "attention", "2")  # run 2's id begins with "2"; run 1's and 3's with "3"
     assert [r.seq for r in undone] == [2, 3]
     assert classrecord.read_intake(url, "attention") == {"f1": {"n": 1}}

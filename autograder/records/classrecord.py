@@ -326,7 +326,8 @@ def _named_run(runs: list[RunEntry], name: str, assignment: str) -> RunEntry:
     elif len(name) >= 4:
         found = [r for r in runs if r.id.startswith(name.lower())]
     else:
-        found = []
+        raise RecordError(f"{name!r}: give a run's number, or at least 4 characters of its id "
+                          f"(see: history {assignment})")
     if len(found) > 1:
         raise RecordError(f"{name!r} names {len(found)} runs of {assignment}; give more of the id "
                           f"(see: history {assignment})")
