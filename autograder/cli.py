@@ -200,9 +200,8 @@ def _rebuild(args):
 
 
 def _cmd_undo(args) -> int:
-    from autograder.pipeline.run import held_interrupt
     from autograder.records.classrecord import RecordError, undo
-    from autograder.records.files import restore_files
+    from autograder.records.files import held_interrupt, restore_files
 
     url = _recorded(args)
     with held_interrupt():  # the record and the files it names change together
@@ -220,9 +219,8 @@ def _cmd_undo(args) -> int:
 
 
 def _cmd_remove(args) -> int:
-    from autograder.pipeline.run import held_interrupt
     from autograder.records.classrecord import Commit, commit, read_roster
-    from autograder.records.files import archive_student
+    from autograder.records.files import archive_student, held_interrupt
 
     url = _recorded(args)
     roster = read_roster(url)

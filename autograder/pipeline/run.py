@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import sys
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -33,12 +30,13 @@ from autograder.course.paths import GradingPaths
 from autograder.course.settings import GradingSettings
 from autograder.isolation.scratch import OWNER, remove_tree
 from autograder.records import classrecord, gradebook
+from autograder.records.files import held_interrupt
 
 from . import stages
 from .intake import student_id_from_name
 from .records import Report, Result
 
-__all__ = ["grade", "GradingError", "student_id_from_name", "Report", "Result", "STAGES", "held_interrupt"]
+__all__ = ["grade", "GradingError", "student_id_from_name", "Report", "Result", "STAGES"]
 
 STAGES = (stages.collect, stages.read, stages.screen, stages.prepare, stages.judge, stages.commit, stages.export)
 
@@ -102,52 +100,22 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
                                     sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
     try:
         value = run.source
-        for stage in STAGES:
-            if stage is stages.commit:
-                # the record's transaction and the files it names move together: a Ctrl-C now
-                # waits until both are done, then stops the run with what is true of it
-                with held_interrupt() as held:
+        try:
+            for stage in STAGES:
+                # the record's transaction and the files it names move together: a Ctrl-C then
+                # waits until both are done, and stops the run after them
+                with held_interrupt() if stage is stages.commit else contextlib.nullcontext() as held:
                     value = stage(run, value)
                 if held:
-                    raise StoppedAfterCommit(assignment, run.run_id)
-                continue
-            try:
-                value = stage(run, value)
-            except StoppedAfterCommit:
-                raise
-            except KeyboardInterrupt:
-                if run.run_id:  # stopped while it exports: the record holds the run already
-                    raise StoppedAfterCommit(assignment, run.run_id) from None
-                raise
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            if run.run_id:  # the record holds the run already: say so, not "nothing reached it"
+                raise StoppedAfterCommit(assignment, run.run_id) from None
+            raise
         return value
     finally:
         if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep the run's folder to debug a run
             remove_tree(run.folder)
-
-
-@contextlib.contextmanager
-def held_interrupt():
-    """Ctrl-C (SIGINT) held while the block runs (a transaction of the class record and the files
-    it names); the list it yields is not empty when one came, and the caller stops then.  Only in
-    the main thread, and only where Python's own handler is in place (an ignored SIGINT stays
-    ignored)."""
-    came: list[int] = []
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield came
-        return
-
-    def hold(signum, frame):
-        if not came:
-            print("\nCtrl-C: waiting until the class record and its files are written (seconds)",
-                  file=sys.stderr, flush=True)
-        came.append(signum)
-
-    signal.signal(signal.SIGINT, hold)
-    try:
-        yield came
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, roster: Path | None,

@@ -7,7 +7,11 @@ put them back; an undo archives what it replaces in the same way, so it can be u
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
+import signal
+import sys
+import threading
 from pathlib import Path
 
 from autograder.course.paths import GradingPaths
@@ -51,3 +55,28 @@ def restore_files(grading: Path, assignment: str, undo_id: str, undone: list[str
                 if kept.exists():
                     folder.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copytree(kept, folder)
+
+
+@contextlib.contextmanager
+def held_interrupt():
+    """Ctrl-C (SIGINT) held while the block runs (a transaction of the class record and the files
+    it names); the list it yields is not empty when one came, and the caller stops then.  Only in
+    the main thread, and only where Python's own handler is in place (an ignored SIGINT stays
+    ignored)."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield came
+        return
+
+    def hold(signum, frame):
+        if not came:
+            print("\nCtrl-C: waiting until the class record and its files are written (seconds)",
+                  file=sys.stderr, flush=True)
+        came.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
