@@ -437,8 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_publish)
 
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    from autograder.text.visible import visible_output
+
+    with visible_output():  # every line printed shows bidi controls (a name's U+202E) as <U+202E>
+        try:
+            return args.func(args)
+        except CliError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
