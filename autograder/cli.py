@@ -38,7 +38,7 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    from autograder.pipeline.collect import collect, summary
+    from autograder.pipeline.collect import RosterError, collect, summary
 
     _known([args.assignment])
     source = Path(args.source)
@@ -47,9 +47,12 @@ def _cmd_collect(args) -> int:
     for option in ("max_file_mb", "max_total_mb"):
         if getattr(args, option) <= 0:
             raise CliError(f"--{option.replace('_', '-')} must be a positive number of MiB")
-    entries = collect(args.assignment, source, Path(args.out), args.roster,
-                      max_file_bytes=int(args.max_file_mb * (1 << 20)),
-                      max_total_bytes=int(args.max_total_mb * (1 << 20)))
+    try:
+        entries = collect(args.assignment, source, Path(args.out), args.roster,
+                          max_file_bytes=int(args.max_file_mb * (1 << 20)),
+                          max_total_bytes=int(args.max_total_mb * (1 << 20)))
+    except RosterError as exc:
+        raise CliError(str(exc)) from None
     print(summary(entries))
     print(f"\nreport: {Path(args.out) / '.collect_report.csv'}")
     if not any(e.target for e in entries):
