@@ -167,9 +167,12 @@ def _recorded(args) -> str:
 
 
 def _cmd_history(args) -> int:
-    from autograder.records.classrecord import history
+    from autograder.records.classrecord import RecordError, history
 
-    runs = history(_recorded(args), args.assignment)
+    try:
+        runs = history(_recorded(args), args.assignment)
+    except RecordError as exc:  # a damaged row: which one
+        raise CliError(str(exc)) from None
     if not runs:
         print(f"{args.assignment}: no run recorded yet")
         return 0
@@ -222,12 +225,19 @@ def _cmd_undo(args) -> int:
 
 
 def _cmd_remove(args) -> int:
-    from autograder.records.classrecord import Commit, commit, read_roster
+    from autograder.records.classrecord import Commit, commit, read_roster, with_submission
     from autograder.records.files import archive_student, held_interrupt
 
     url = _recorded(args)
     roster = read_roster(url)
     change = Commit(args.assignment, kind="remove", data={"removed": list(args.students)})
+    if not args.from_roster:  # nothing to remove is a mistake (a typo in the id?), and no run of the history
+        having = with_submission(url, args.assignment, args.students)
+        nothing = [sid for sid in args.students if sid not in having]
+        if nothing:
+            raise CliError(f"{', '.join(nothing)} {'has' if len(nothing) == 1 else 'have'} no submission of "
+                           f"{args.assignment}: nothing was removed (to take a student off the class roster: "
+                           "--from-roster)")
     for sid in args.students:
         if args.from_roster and sid not in roster:
             raise CliError(f"{sid} is not on the class roster")
@@ -448,3 +458,28 @@ def main(argv: list[str] | None = None) -> int:
         except CliError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except Exception as exc:  # noqa: BLE001 - a damaged gradebook found half way: one line, no traceback
+            line = _damaged(args, exc)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            return 2
+
+
+def _damaged(args, exc: Exception) -> str | None:
+    """The one line for an error of the gradebook's database (a damaged file, a row that cannot be
+    read) that reached the command line; None for any other error."""
+    from autograder.records.gradebook import GradebookUnreachable, damaged, db_url
+
+    if isinstance(exc, GradebookUnreachable):
+        return str(exc)
+    import sqlite3
+
+    try:
+        from sqlalchemy.exc import DatabaseError
+    except ImportError:  # pragma: no cover - sqlalchemy is a dependency of nbgrader
+        DatabaseError = sqlite3.DatabaseError
+    if not isinstance(exc, (DatabaseError, sqlite3.DatabaseError)):
+        return None
+    url = getattr(args, "db_url", None) or (db_url(_grading_dir(args).resolve()) if hasattr(args, "grading_dir") else "")
+    return str(damaged(url, exc)) if url else f"the gradebook's database failed: {exc}".splitlines()[0]
