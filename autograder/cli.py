@@ -482,4 +482,4 @@ def _damaged(args, exc: Exception) -> str | None:
     if not isinstance(exc, (DatabaseError, sqlite3.DatabaseError)):
         return None
     url = getattr(args, "db_url", None) or (db_url(_grading_dir(args).resolve()) if hasattr(args, "grading_dir") else "")
-    return str(damaged(url, exc)) if url else f"the gradebook's database failed: {exc}".splitlines()[0]
+    return str(damaged(url, exc)) if url else (f"the gradebook's database failed: {exc}".splitlines() or [""])[0]

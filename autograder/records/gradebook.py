@@ -44,12 +44,18 @@ def has_assignment(url: str, assignment: str) -> bool:
     return True
 
 
-def damaged(url: str, exc: BaseException | str) -> GradebookDamaged:
-    """The one line for a gradebook that cannot be read: its file, and why."""
+def damaged(url: str, exc: BaseException | str) -> GradebookUnreachable:
+    """The one line for a gradebook that cannot be read: its file, and why (a SQLite file another
+    command holds locked, or a database server that failed, is not called damaged)."""
     why = exc if isinstance(exc, str) else str(getattr(exc, "orig", None) or exc).strip().splitlines()
     why = why if isinstance(why, str) else (why[0] if why else type(exc).__name__)
-    where = sqlite_path(url) or shown(url)
-    return GradebookDamaged(f"the gradebook {where} is damaged ({why}); restore it from a backup, or start "
+    path = sqlite_path(url)
+    if path is None:
+        return GradebookUnreachable(f"the gradebook database {shown(url)} failed: {why}"[:500])
+    if "locked" in why or "busy" in why:
+        return GradebookUnreachable(f"the gradebook {path} is in use by another command ({why}); "
+                                    "try again when it has finished"[:500])
+    return GradebookDamaged(f"the gradebook {path} is damaged ({why}); restore it from a backup, or start "
                             "a new grading folder (--grading-dir)"[:500])
 
 
@@ -62,7 +68,7 @@ def check_sqlite(url: str) -> None:
     if path is None or not path.exists():
         return
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             bad = conn.execute("PRAGMA quick_check(1)").fetchone()
     except sqlite3.Error as exc:
