@@ -38,7 +38,7 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    from autograder.pipeline.collect import collect, summary
+    from autograder.pipeline.collect import RosterError, collect, summary
 
     _known([args.assignment])
     source = Path(args.source)
@@ -47,9 +47,12 @@ def _cmd_collect(args) -> int:
     for option in ("max_file_mb", "max_total_mb"):
         if getattr(args, option) <= 0:
             raise CliError(f"--{option.replace('_', '-')} must be a positive number of MiB")
-    entries = collect(args.assignment, source, Path(args.out), args.roster,
-                      max_file_bytes=int(args.max_file_mb * (1 << 20)),
-                      max_total_bytes=int(args.max_total_mb * (1 << 20)))
+    try:
+        entries = collect(args.assignment, source, Path(args.out), args.roster,
+                          max_file_bytes=int(args.max_file_mb * (1 << 20)),
+                          max_total_bytes=int(args.max_total_mb * (1 << 20)))
+    except RosterError as exc:
+        raise CliError(str(exc)) from None
     print(summary(entries))
     print(f"\nreport: {Path(args.out) / '.collect_report.csv'}")
     if not any(e.target for e in entries):
@@ -164,9 +167,12 @@ def _recorded(args) -> str:
 
 
 def _cmd_history(args) -> int:
-    from autograder.records.classrecord import history
+    from autograder.records.classrecord import RecordError, history
 
-    runs = history(_recorded(args), args.assignment)
+    try:
+        runs = history(_recorded(args), args.assignment)
+    except RecordError as exc:  # a damaged row: which one
+        raise CliError(str(exc)) from None
     if not runs:
         print(f"{args.assignment}: no run recorded yet")
         return 0
@@ -219,12 +225,19 @@ def _cmd_undo(args) -> int:
 
 
 def _cmd_remove(args) -> int:
-    from autograder.records.classrecord import Commit, commit, read_roster
+    from autograder.records.classrecord import Commit, commit, read_roster, with_submission
     from autograder.records.files import archive_student, held_interrupt
 
     url = _recorded(args)
     roster = read_roster(url)
     change = Commit(args.assignment, kind="remove", data={"removed": list(args.students)})
+    if not args.from_roster:  # nothing to remove is a mistake (a typo in the id?), and no run of the history
+        having = with_submission(url, args.assignment, args.students)
+        nothing = [sid for sid in args.students if sid not in having]
+        if nothing:
+            raise CliError(f"{', '.join(nothing)} {'has' if len(nothing) == 1 else 'have'} no submission of "
+                           f"{args.assignment}: nothing was removed (to take a student off the class roster: "
+                           "--from-roster)")
     for sid in args.students:
         if args.from_roster and sid not in roster:
             raise CliError(f"{sid} is not on the class roster")
@@ -437,8 +450,36 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_publish)
 
     args = parser.parse_args(argv)
+    from autograder.text.visible import visible_output
+
+    with visible_output():  # every line printed shows bidi controls (a name's U+202E) as <U+202E>
+        try:
+            return args.func(args)
+        except CliError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # noqa: BLE001 - a damaged gradebook found half way: one line, no traceback
+            line = _damaged(args, exc)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            return 2
+
+
+def _damaged(args, exc: Exception) -> str | None:
+    """The one line for an error of the gradebook's database (a damaged file, a row that cannot be
+    read) that reached the command line; None for any other error."""
+    from autograder.records.gradebook import GradebookUnreachable, damaged, db_url
+
+    if isinstance(exc, GradebookUnreachable):
+        return str(exc)
+    import sqlite3
+
     try:
-        return args.func(args)
-    except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        from sqlalchemy.exc import DatabaseError
+    except ImportError:  # pragma: no cover - sqlalchemy is a dependency of nbgrader
+        DatabaseError = sqlite3.DatabaseError
+    if not isinstance(exc, (DatabaseError, sqlite3.DatabaseError)):
+        return None
+    url = getattr(args, "db_url", None) or (db_url(_grading_dir(args).resolve()) if hasattr(args, "grading_dir") else "")
+    return str(damaged(url, exc)) if url else (f"the gradebook's database failed: {exc}".splitlines() or [""])[0]

@@ -401,8 +401,37 @@ class KernelSession:
         return result
 
 
+_SPLIT_MIMES = ("image/svg+xml",)  # besides text/*: what nbformat stores line by line
+_DEPTH = 4                          # an output's depth in the file: notebook, cells, a cell, its outputs
+
+
+def _as_stored(output) -> dict:
+    """``output`` as nbformat writes it: multi-line texts as lists of their lines."""
+    out = dict(output)
+    if isinstance(out.get("text"), str):
+        out["text"] = out["text"].splitlines(True)
+    if isinstance(out.get("data"), dict):
+        out["data"] = {k: v.splitlines(True) if isinstance(v, str) and (k.startswith("text/") or k in _SPLIT_MIMES)
+                       else v for k, v in out["data"].items()}
+    return out
+
+
+def stored_size(output) -> int:
+    """The bytes ``output`` takes in the notebook file (JSON with an indent of 1, texts split into
+    lines, as nbformat writes it, at the depth of a cell's outputs).  The output limits count this,
+    not the characters of its values: 100,000 tiny outputs are 0.49 MB of values but 8.4 MB stored."""
+    text = json.dumps(_as_stored(output), indent=1, sort_keys=True, ensure_ascii=False, default=str)
+    return len(text.encode("utf-8", "surrogatepass")) + _DEPTH * (text.count("\n") + 1) + 2
+
+
+def stored_text_size(text: str) -> int:
+    """The bytes ``text`` adds to a stream output already in the file (its lines, each indented)."""
+    return sum(len(json.dumps(line, ensure_ascii=False).encode("utf-8", "surrogatepass")) + _DEPTH + 4
+               for line in text.splitlines(True))
+
+
 class _Outputs:
-    """Builds a cell's outputs from IOPub messages, within size limits."""
+    """Builds a cell's outputs from IOPub messages, within size limits (counted as stored)."""
 
     def __init__(self):
         self.outputs: list = []
@@ -426,8 +455,9 @@ class _Outputs:
         if "course_too_large" in content:
             if kind in ("stream", "display_data", "execute_result", "error", "update_display_data"):
                 text = f"\n... [an output of {content['course_too_large']:,d} bytes was not kept: too large]\n"
-                if self._room(len(text)):
-                    self.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
+                note = nbformat.v4.new_output("stream", name="stdout", text=text)
+                if self._room(stored_size(note)):
+                    self.outputs.append(note)
             return
         if kind == "clear_output":
             if content.get("wait"):
@@ -452,18 +482,17 @@ class _Outputs:
                     if not prev.text.endswith("[truncated]\n"):
                         prev.text += "\n... [output truncated]\n"
                     return
-                if self._room(min(len(text), room)):
+                if self._room(stored_text_size(text[:room])):
                     prev.text += text[:room]
                 return
-            text = text[:MAX_TEXT_OUTPUT]
-            if self._room(len(text)):
-                out.text = text
+            out.text = text[:MAX_TEXT_OUTPUT]
+            if self._room(stored_size(out)):
                 self.outputs.append(out)
             return
         if kind == "error":
             out["traceback"] = [str(t)[:5000] for t in (out.get("traceback") or [])[:200]]
             out["evalue"] = str(out.get("evalue", ""))[:5000]
-            if self._room(sum(len(t) for t in out["traceback"])):
+            if self._room(stored_size(out)):
                 self.outputs.append(out)
             return
         data = out.get("data", {})
@@ -473,5 +502,5 @@ class _Outputs:
             if n > MAX_DATA_OUTPUT:
                 data.pop(mime)
                 data.setdefault("text/plain", f"[{mime} output of {n:,d} bytes not kept: too large]")
-        if self._room(sum(len(v) if isinstance(v, str) else 100 for v in data.values())):
+        if self._room(stored_size(out)):
             self.outputs.append(out)

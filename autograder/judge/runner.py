@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import io
-import json
 import sys
 import time
 import traceback
@@ -25,7 +24,7 @@ import nbformat
 from coursekit.remote.client import RemoteStudent
 from coursekit.remote.codec import ProtocolError, RemoteTimeout
 
-from .kernel import MAX_NOTEBOOK_OUTPUT, MAX_TEXT_OUTPUT, CellRun, KernelDied, KernelSession
+from .kernel import MAX_NOTEBOOK_OUTPUT, MAX_TEXT_OUTPUT, CellRun, KernelDied, KernelSession, stored_size
 
 HIDDEN_FAILURE = "a hidden check failed (see the first line of this cell for what it checks)"
 
@@ -175,12 +174,8 @@ def context_sources(nb, grade_ids) -> list[str]:
 
 
 def _size(outputs) -> int:
-    """About how many bytes ``outputs`` take in the notebook."""
-    total = 0
-    for out in outputs:
-        for value in [out.get("text", "")] + list((out.get("data") or {}).values()) + list(out.get("traceback") or []):
-            total += len(value) if isinstance(value, str) else len(json.dumps(value))
-    return total
+    """The bytes ``outputs`` take in the notebook file (``kernel.stored_size``)."""
+    return sum(stored_size(out) for out in outputs)
 
 
 def _where(cell, index: int) -> str:

@@ -23,15 +23,25 @@ are arguments of ``collect`` (``--max-file-mb``, ``--max-total-mb`` on the comma
 Names of any length are fine (a Moodle folder of 150 CJK characters is 456 bytes, more than
 Linux allows for one file name): a student is known by the LMS id in the name, and a name
 never becomes a file name.  Of a student's Canvas files the newest is kept (the highest
-submission id, then the highest ``-N`` suffix); the report names each file dropped.
+submission id, then the highest ``-N`` suffix); of a student's Moodle attempts, the newest by
+the zip's own dates (each entry's date and time), whatever the files are called; the report
+names each file dropped.
+
+Identity: the roster may name each student id and each LMS id once (a repeated one is refused
+with its line numbers: two rows would merge two students, or split one); every name is taken in
+Unicode NFC, so a name typed on a Mac (NFD) and elsewhere is one name; and two files whose names
+name different students but would make one id (``José_attention.ipynb`` and
+``Josè_attention.ipynb`` both make ``Jos``) are both refused, each naming the other.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import re
 import stat
 import tempfile
+import time
 import unicodedata
 import zipfile
 from dataclasses import dataclass
@@ -39,7 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
 from autograder.text import csvsafe
-from .intake import MAX_NOTEBOOK_BYTES, student_id_from_name
+from .intake import MAX_NOTEBOOK_BYTES, colliding_names, collision_reason, student_id_from_name
 
 CANVAS_RE = re.compile(r"^(?P<name>[^_]+)_(?P<late>(?i:late)_)?(?P<uid>\d{1,20})_(?P<subid>\d{1,20})_(?P<orig>.+)$")
 MOODLE_RE = re.compile(r"^(?P<name>.+)_(?P<uid>\d{1,20})_assignsubmission_(?:file|onlinetext)_?$")
@@ -73,6 +83,7 @@ class _Item:
     kind: str                                # "file", "dir", "link", "special"
     size: int                                # the declared size (the zip's directory, or stat)
     open: Callable[[], BinaryIO] | None = None
+    when: int = 0                            # its date, YYYYMMDDhhmmss (the zip's entry date, or mtime)
 
 
 def _fmt_bytes(n: int) -> str:
@@ -96,23 +107,49 @@ def _printable(text: str) -> str:
 
 # ----------------------------------------------------------------------------- the roster
 
+class RosterError(ValueError):
+    """A roster that cannot be used as it is: one line naming the file and its lines."""
+
+
+def roster_rows(path: Path, assignment: str | None = None) -> list[tuple[int, dict]]:
+    """The rows of a roster CSV with their line numbers, every cell in Unicode NFC and the two
+    ids stripped.  RosterError (one line, nothing else read) when the file cannot be read, lacks
+    the columns, has a student id that cannot be a file name (``<student id>_<assignment>.ipynb``
+    must read back as the same id), or names a student id or an LMS id twice (two rows of one id
+    would merge two students into one, or split one)."""
+    path = Path(path)
+    try:
+        rows = csvsafe.read(path)
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
+        raise RosterError(f"roster {path}: cannot be read ({exc})") from None
+    if not rows or not {"student_id", "lms_id"} <= set(rows[0]):
+        raise RosterError(f"roster {path}: needs the columns student_id and lms_id "
+                          f"(it has: {', '.join(sorted(k for k in rows[0] if k)) if rows else 'no rows'})")
+    out, lines = [], {"student id": {}, "lms id": {}}
+    for line, row in enumerate(rows, start=2):
+        row = {k: _nfc(v) if isinstance(v, str) else "" for k, v in row.items() if k}
+        row["student_id"], row["lms_id"] = row.get("student_id", "").strip(), row.get("lms_id", "").strip()
+        sid = row["student_id"]
+        if sid and assignment and not usable_id(sid, assignment):
+            raise RosterError(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
+                              "100 letters, digits, '_', '.' and '-' (not first or last)")
+        for what, value in (("student id", sid), ("lms id", row["lms_id"])):
+            if value:
+                lines[what].setdefault(value, []).append(line)
+        out.append((line, row))
+    repeated = [f"{what} {value!r} on lines {', '.join(map(str, at[:-1]))} and {at[-1]}"
+                for what, seen in lines.items() for value, at in seen.items() if len(at) > 1]
+    if repeated:
+        raise RosterError(f"roster {path}: each student once, please: " + "; ".join(repeated))
+    return out
+
+
 def read_roster(path: Path | None, assignment: str | None = None) -> dict[str, dict]:
-    """lms id -> roster row.  Each student id must survive being a file name
-    (``<student id>_<assignment>.ipynb`` reads back as the same id); one line otherwise."""
+    """lms id -> roster row (``roster_rows``: RosterError, one line, for a roster that cannot be
+    used)."""
     if path is None:
         return {}
-    try:
-        rows = csvsafe.read(Path(path))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SystemExit(f"roster {path}: cannot be read ({exc})") from None
-    if rows and not {"student_id", "lms_id"} <= set(rows[0]):
-        raise SystemExit(f"roster {path}: needs the columns student_id and lms_id")
-    for line, r in enumerate(rows, start=2):
-        sid = (r.get("student_id") or "").strip()
-        if sid and assignment and not usable_id(sid, assignment):
-            raise SystemExit(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
-                             "100 letters, digits, '_', '.' and '-' (not first or last)")
-    return {r["lms_id"].strip(): r for r in rows if (r.get("lms_id") or "").strip()}
+    return {r["lms_id"]: r for _, r in roster_rows(path, assignment) if r["lms_id"]}
 
 
 def usable_id(sid: str, assignment: str) -> bool:
@@ -136,7 +173,7 @@ def _zip_items(zf: zipfile.ZipFile) -> list[_Item]:
             kind = "special"
         else:
             kind = "file"
-        items.append(_Item(info.filename, kind, info.file_size, (lambda i=info: zf.open(i))))
+        items.append(_Item(info.filename, kind, info.file_size, (lambda i=info: zf.open(i)), _stamp(info.date_time)))
     return items
 
 
@@ -158,10 +195,19 @@ def _folder_items(root: Path) -> list[_Item]:
                 items.append(_Item(rel + "/", "dir", 0))
             elif stat.S_ISREG(st.st_mode):
                 items.append(_Item(rel, "file", st.st_size,
-                                   (lambda p=path: os.fdopen(os.open(p, os.O_RDONLY | os.O_NOFOLLOW), "rb"))))
+                                   (lambda p=path: os.fdopen(os.open(p, os.O_RDONLY | os.O_NOFOLLOW), "rb")),
+                                   _stamp(time.localtime(st.st_mtime)[:6])))
             else:
                 items.append(_Item(rel, "special", st.st_size))
     return items
+
+
+def _stamp(date_time) -> int:
+    """(2024, 3, 1, 12, 0, 58) -> 20240301120058: dates that sort as numbers."""
+    try:
+        return int("".join(f"{int(x):0{4 if i == 0 else 2}d}" for i, x in enumerate(tuple(date_time)[:6])))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _parts(name: str) -> tuple[str, ...]:
@@ -180,15 +226,22 @@ def _unsafe(name: str) -> str:
 
 def _identify(e: Entry, parts: tuple[str, ...], kind: str) -> None:
     if parts and (m := MOODLE_RE.match(parts[0])) and (len(parts) > 1 or kind == "dir"):
-        e.lms, e.lms_id, e.name = "moodle", m["uid"], _printable(m["name"])
+        e.lms, e.lms_id, e.name = "moodle", m["uid"], _printable(_nfc(m["name"]))
     elif parts and kind != "dir" and (m := CANVAS_RE.match(parts[-1])):
-        e.lms, e.lms_id, e.name, e.late = "canvas", m["uid"], _printable(m["name"]), bool(m["late"])
+        e.lms, e.lms_id, e.name, e.late = "canvas", m["uid"], _printable(_nfc(m["name"])), bool(m["late"])
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
 
 
 def _newest_first(e: Entry, item: _Item) -> tuple:
     """Sort key: the newest Canvas file first (the highest submission id, which Canvas
     gives out in order, then the highest -N suffix; the suffix alone could be the student's
-    own file name); other files keep their order."""
+    own file name); the newest Moodle attempt first, by the zip's own date of each entry (a
+    file name says nothing of when it was handed in); other files keep their order."""
+    if e.lms == "moodle":
+        return (0, -item.when, 0)
     if e.lms != "canvas":
         return (0, 0, 0)
     m = CANVAS_RE.match(_parts(item.name)[-1])
@@ -245,14 +298,26 @@ def _collect(assignment: str, items: list[_Item], out: Path, by_lms: dict, max_f
         except Exception as exc:  # noqa: BLE001 - one entry never stops the class
             e.status = f"could not be read: {type(exc).__name__}: {exc}"[:300]
 
-    # one notebook per student: the newest Canvas file, else the first in name order
-    kept: dict[str, Entry] = {}
+    # two students never share an id: file names that name different students but make one id
+    by_name = [(e, item) for e, item in candidates if not e.lms_id]
+    for sid, names in colliding_names([_parts(item.name)[-1] for _, item in by_name], assignment).items():
+        for e, item in by_name:
+            if _parts(item.name)[-1] in names:
+                e.status = collision_reason(sid, [_printable(n) for n in names], assignment)
+                e.student_id = ""
+    candidates = [(e, item) for e, item in candidates if not e.status]
+
+    # one notebook per student: the newest Canvas file or Moodle attempt, else the first in name order
+    kept: dict[str, tuple[Entry, _Item]] = {}
     for e, item in sorted(candidates, key=lambda c: (c[0].student_id, _newest_first(*c), c[1].name)):
-        first = kept.get(e.student_id)
+        first, first_item = kept.get(e.student_id, (None, None))
         if first is None:
-            kept[e.student_id] = e
+            kept[e.student_id] = (e, item)
         elif e.lms == "canvas" and first.lms == "canvas":
             e.status = f"duplicate: an older file of student {e.student_id}; the newest, {first.source}, is graded"
+        elif e.lms == "moodle" and first.lms == "moodle" and first_item.when > item.when:
+            e.status = (f"duplicate: an older attempt of student {e.student_id} (by the zip's dates: "
+                        f"{_date(item.when)}); the newest, {first.source} ({_date(first_item.when)}), is graded")
         else:
             e.status = f"duplicate: student {e.student_id} already has {first.source}"
 
@@ -278,6 +343,11 @@ def _collect(assignment: str, items: list[_Item], out: Path, by_lms: dict, max_f
         e.target = target
         e.status = "collected, LATE" if e.late else "collected"
     return entries
+
+
+def _date(stamp: int) -> str:
+    s = f"{stamp:014d}"
+    return f"{s[:4]}-{s[4:6]}-{s[6:8]} {s[8:10]}:{s[10:12]}:{s[12:]}"
 
 
 def _judge(e: Entry, item: _Item, assignment: str, by_lms: dict, max_file: int) -> bool:

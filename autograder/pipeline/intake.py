@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,16 +46,24 @@ class Submission:
     remarks: list[str] = field(default_factory=list)  # other files of this student, and what became of them
 
 
+def _name_part(path: Path, assignment: str) -> str:
+    """The part of a file name that names the student, in Unicode NFC (one name typed on a Mac,
+    NFD, and elsewhere, NFC, is one name): ``Copy of José-attention (1).ipynb`` -> ``José``."""
+    stem = unicodedata.normalize("NFC", Path(path.name).stem)
+    stem = re.sub(r"^copy of\s+", "", stem, flags=re.I)
+    stem = re.sub(r"\s*\(\d+\)$", "", stem)
+    return re.sub(rf"[_\-\s]*{re.escape(assignment)}$", "", stem, flags=re.I)
+
+
 def student_id_from_name(path: Path, assignment: str) -> str:
     """``s123_attention.ipynb`` -> ``s123``; ``Copy of s123-attention (1).ipynb`` -> ``s123``.
 
-    An id longer than MAX_ID_CHARS is shortened to that length, its end replaced by a hash
-    of the whole, so that two different names never give the same id.  Raises ValueError
-    when nothing identifies a student."""
-    stem = Path(path.name).stem
-    stem = re.sub(r"^copy of\s+", "", stem, flags=re.I)
-    stem = re.sub(r"\s*\(\d+\)$", "", stem)
-    rest = re.sub(rf"[_\-\s]*{re.escape(assignment)}$", "", stem, flags=re.I)
+    The name is normalised to Unicode NFC first.  An id longer than MAX_ID_CHARS is shortened
+    to that length, its end replaced by a hash of the whole, so that two different names never
+    give the same id.  Raises ValueError when nothing identifies a student.  Two names that
+    differ in what an id cannot hold (``José`` and ``Josè`` both give ``Jos``) give one id:
+    ``colliding_names`` finds them, and the files are refused rather than merged."""
+    rest = _name_part(path, assignment)
     sid = re.sub(r"[^A-Za-z0-9_.-]", "_", rest).strip("._-")
     if not sid or sid.lower() == assignment.lower():
         raise ValueError(f"cannot tell the student from the file name {path.name!r}: "
@@ -63,6 +72,34 @@ def student_id_from_name(path: Path, assignment: str) -> str:
         digest = hashlib.sha256(sid.encode()).hexdigest()[:8]
         sid = f"{sid[:MAX_ID_CHARS - 9].rstrip('._-')}-{digest}"
     return sid
+
+
+def _who(path: Path, assignment: str) -> str:
+    """The student a file name names, loosely: letters and digits of any script kept (accents
+    too), every run of other characters one ``_``: ``s1.`` and ``s1`` are one student, ``José``
+    and ``Josè`` two."""
+    return re.sub(r"[\W_]+", "_", _name_part(path, assignment)).strip("_").casefold()
+
+
+def colliding_names(names: list[str], assignment: str) -> dict[str, list[str]]:
+    """student id -> the file names (two or more) that name different students but would each
+    become that id (``José_x.ipynb`` and ``Josè_x.ipynb``: ``Jos``).  Such files are refused,
+    each naming the others: two students never share an id."""
+    by_id: dict[str, dict[str, list[str]]] = {}
+    for name in names:
+        try:
+            sid = student_id_from_name(Path(name), assignment)
+        except ValueError:
+            continue
+        by_id.setdefault(sid, {}).setdefault(_who(Path(name), assignment), []).append(name)
+    return {sid: sorted(n for ns in who.values() for n in ns) for sid, who in by_id.items() if len(who) > 1}
+
+
+def collision_reason(sid: str, names: list[str], assignment: str) -> str:
+    """The one line a file of a collision gets (nothing of it is graded)."""
+    return (f"refused: the file names {', '.join(repr(n) for n in names)} name different students but each "
+            f"becomes student id {sid!r} (an id keeps only letters, digits, '_', '.' and '-'); rename them "
+            f"<student id>_{assignment}.ipynb")
 
 
 def _source(value) -> str:

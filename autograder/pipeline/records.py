@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.text.visible import visible
+
 
 @dataclass
 class Result:
@@ -67,8 +69,8 @@ class Report:
             lines.append(f"{len(changed)} grade{'s' if len(changed) != 1 else ''} changed: "
                          + ", ".join(str(c) for c in changed[:20]) + (", ..." if len(changed) > 20 else "")
                          + f" (to take this run back: python -m autograder undo {self.assignment})")
-        return "\n".join(w for w in self.warnings) + ("\n" if self.warnings else "") + \
-            "\n".join(line.rstrip() for line in lines)
+        return visible("\n".join(w for w in self.warnings) + ("\n" if self.warnings else "") +
+                       "\n".join(line.rstrip() for line in lines))
 
 
 def _count(n: int, noun: str) -> str:

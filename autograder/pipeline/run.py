@@ -168,27 +168,13 @@ def _remove_stale_runs(runs: Path) -> None:
 def read_roster_file(path: Path, assignment: str) -> dict:
     """student id -> row of a roster CSV (columns student_id and lms_id; optional name, email,
     login, section); one line (GradingError) for a file that is missing or malformed."""
-    from autograder.text import csvsafe
-
-    from .collect import usable_id
+    from .collect import RosterError, roster_rows
 
     path = Path(path)
     if not path.is_file():
         raise GradingError(f"no such roster file: {path}")
     try:
-        rows = csvsafe.read(path)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise GradingError(f"roster {path}: cannot be read ({exc})") from None
-    if not rows or not {"student_id", "lms_id"} <= set(rows[0]):
-        raise GradingError(f"roster {path}: needs the columns student_id and lms_id "
-                           f"(it has: {', '.join(sorted(rows[0])) if rows else 'no rows'})")
-    out = {}
-    for line, row in enumerate(rows, start=2):
-        sid = (row.get("student_id") or "").strip()
-        if not sid:
-            continue
-        if not usable_id(sid, assignment):
-            raise GradingError(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
-                               "100 letters, digits, '_', '.' and '-' (not first or last)")
-        out[sid] = {k: v or "" for k, v in row.items() if k} | {"student_id": sid}
-    return out
+        rows = roster_rows(path, assignment)  # a repeated student id or LMS id: refused here
+    except RosterError as exc:
+        raise GradingError(str(exc)) from None
+    return {row["student_id"]: row for _, row in rows if row["student_id"]}

@@ -22,7 +22,8 @@ from autograder.course.errors import GradingError
 from autograder.records import classrecord, gradebook
 
 from . import tamper
-from .intake import IntakeError, Submission, read_submission, student_id_from_name
+from .intake import (IntakeError, Submission, colliding_names, collision_reason, read_submission,
+                     student_id_from_name)
 from .records import Report, Result
 from .repair import repair
 from .screen import screen_assignment
@@ -150,8 +151,15 @@ def read(run, collected: Collected) -> list[Submission]:
     rel = run.rel = released_notebook(run)
     subs: list[Submission] = []
     seen: dict[str, Submission] = {}
+    # two students never share an id (José_x.ipynb and Josè_x.ipynb both make Jos): both refused
+    collisions = {n: (sid, names) for sid, names in colliding_names(
+        [e.target for e in collected.entries if e.target], run.assignment).items() for n in names}
     for e in (e for e in collected.entries if e.target):
         path = collected.folder / e.target
+        if e.target in collisions:
+            subs.append(Submission(f"? ({path.name})", path.name, source=e.source,
+                                   error=collision_reason(*collisions[e.target], run.assignment)))
+            continue
         try:
             sid = student_id_from_name(path, run.assignment)
         except ValueError as exc:

@@ -71,6 +71,43 @@ class RunEntry:
         return [Change(*c) for c in self.data.get("changes", [])]
 
 
+def _where(url: str) -> str:
+    """The gradebook named for a person: its file, or its URL with the password hidden."""
+    from .gradebook import shown, sqlite_path
+
+    return str(sqlite_path(url) or shown(url))
+
+
+def _entry(url: str, r) -> RunEntry:
+    """A row of the history as a RunEntry; a damaged row (its data not a JSON object of the
+    fields history reads) is a RecordError that names the gradebook and the row."""
+    try:
+        data = json.loads(r.data)
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        changes = data.get("changes", [])
+        if not isinstance(changes, list) or not all(isinstance(c, list) and len(c) == 3 for c in changes):
+            raise ValueError("its list of changed grades is malformed")
+        for key in ("files", "removed", "undid_seq"):
+            if not isinstance(data.get(key, []), list):
+                raise ValueError(f"its {key!r} is not a list")
+        if not isinstance(data.get("undone_by", ""), str) or not isinstance(data.get("settings", {}), dict):
+            raise ValueError("its 'undone_by' or 'settings' is malformed")
+        return RunEntry(str(r.id), int(r.seq), str(r.kind), str(r.at), data)
+    except (TypeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        raise RecordError(f"the history in {_where(url)} is damaged: row {r.seq!r} of table {RUNS.name} (run id "
+                          f"{str(r.id)[:8]}, assignment {r.assignment}) cannot be read: {str(exc)[:200]}") from None
+
+
+def _snapshot(url: str, run: RunEntry, part, key, data):
+    try:
+        return json.loads(data) if data is not None else None
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"the history in {_where(url)} is damaged: the saved {part} {str(key)[:80]!r} of run "
+                          f"{run.seq} (table {SNAPSHOTS.name}, run id {run.id[:8]}) cannot be read: "
+                          f"{str(exc)[:200]}") from None
+
+
 def _engine(url: str):
     return sa.create_engine(url, future=True)
 
@@ -248,11 +285,36 @@ def read_intake(url: str, assignment: str) -> dict:
     return _read(url, get, {})
 
 
+def with_submission(url: str, assignment: str, students) -> set[str]:
+    """Those of ``students`` who have something of ``assignment`` in the record: a submission in
+    the gradebook, or a file a run was given (graded or not)."""
+    from .gradebook import sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        return set()
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            found = set()
+            aid = assignment_id(conn, assignment)
+            intake = sa.inspect(conn).has_table(INTAKE.name)
+            for s in students:
+                if aid and submission_rows(conn, aid, s)["submitted_assignment"]:
+                    found.add(s)
+                elif intake and conn.execute(sa.select(INTAKE.c.key).where(
+                        INTAKE.c.assignment == assignment, INTAKE.c.key == s)).first() is not None:
+                    found.add(s)
+            return found
+    finally:
+        engine.dispose()
+
+
 def history(url: str, assignment: str) -> list[RunEntry]:
     """Every run of ``assignment``, oldest first."""
     def get(conn):
         rows = conn.execute(sa.select(RUNS).where(RUNS.c.assignment == assignment).order_by(RUNS.c.seq))
-        return [RunEntry(r.id, r.seq, r.kind, r.at, json.loads(r.data)) for r in rows]
+        return [_entry(url, r) for r in rows]
     return _read(url, get, [])
 
 
@@ -281,7 +343,7 @@ def undo(url: str, assignment: str, run: str | None = None) -> tuple[RunEntry, l
     try:
         with engine.begin() as conn:
             META.create_all(conn)
-            runs = [RunEntry(r.id, r.seq, r.kind, r.at, json.loads(r.data)) for r in
+            runs = [_entry(url, r) for r in
                     conn.execute(sa.select(RUNS).where(RUNS.c.assignment == assignment).order_by(RUNS.c.seq))]
             live = [r for r in runs if not r.data.get("undone_by")]
             if run is None:
@@ -300,7 +362,7 @@ def undo(url: str, assignment: str, run: str | None = None) -> tuple[RunEntry, l
             for r in reversed(undone):
                 for part, key, data in conn.execute(sa.select(SNAPSHOTS.c.part, SNAPSHOTS.c.key, SNAPSHOTS.c.data)
                                                     .where(SNAPSHOTS.c.run_id == r.id)):
-                    rows = json.loads(data) if data is not None else None
+                    rows = _snapshot(url, r, part, key, data)
                     if part == "submission":
                         restore.submissions[key] = rows if rows and rows.get("submitted_assignment") else None
                     elif part == "intake":

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.text import csvsafe
+from autograder.text.htmlsafe import page
 from .classbook import ClassRow, GradedCell, class_rows, graded_cells
 
 
@@ -121,16 +122,17 @@ def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment
     for row in result.rows:
         if row.student_id.startswith("?"):
             continue  # a file nobody could be matched to: grades.csv lists it
-        page = folder / f"{row.student_id}.html"
-        wanted.add(page.name)
+        target = folder / f"{row.student_id}.html"
+        wanted.add(target.name)
         source = sorted((grading / "feedback" / row.student_id / assignment).glob("*.html"))
-        if row.status == "graded" and source:
-            page.write_bytes(source[0].read_bytes())
+        if row.status == "graded" and source:  # bidi controls shown wherever they are (htmlsafe.page)
+            text = source[0].read_bytes().decode("utf-8", "surrogateescape")
+            target.write_bytes(page(text).encode("utf-8", "surrogateescape"))
         else:
-            page.write_text(_simple_page(assignment, row, provenance))
-    for page in folder.glob("*.html"):
-        if page.name not in wanted:
-            page.unlink()
+            target.write_text(page(_simple_page(assignment, row, provenance)), encoding="utf-8")
+    for old in folder.glob("*.html"):
+        if old.name not in wanted:
+            old.unlink()
 
 
 def _simple_page(assignment: str, row: ClassRow, provenance: str = "") -> str:

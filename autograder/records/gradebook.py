@@ -7,6 +7,7 @@ records another database in ``<grading>/gradebook.url``; every later command on 
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from autograder.course.paths import GradingPaths, sqlite_path
@@ -22,10 +23,13 @@ def is_sqlite(url: str) -> bool:
 
 
 def has_assignment(url: str, assignment: str) -> bool:
-    """True when the gradebook exists and knows ``assignment`` (it was released into it)."""
+    """True when the gradebook exists and knows ``assignment`` (it was released into it).  A
+    SQLite gradebook that is damaged raises GradebookDamaged (one line naming the file): it is
+    not a gradebook where nothing was graded yet."""
     path = sqlite_path(url)
     if path is not None and not path.exists():
         return False
+    check_sqlite(url)
     from nbgrader.api import Gradebook, MissingEntry
 
     try:
@@ -33,9 +37,44 @@ def has_assignment(url: str, assignment: str) -> bool:
             gb.find_assignment(assignment)
     except MissingEntry:
         return False
-    except Exception:  # noqa: BLE001 - an unreachable database: not released there
+    except Exception as exc:  # noqa: BLE001 - an unreachable database: not released there
+        if path is not None:
+            raise damaged(url, exc) from None
         return False
     return True
+
+
+def damaged(url: str, exc: BaseException | str) -> GradebookUnreachable:
+    """The one line for a gradebook that cannot be read: its file, and why (a SQLite file another
+    command holds locked, or a database server that failed, is not called damaged)."""
+    why = exc if isinstance(exc, str) else str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    why = why if isinstance(why, str) else (why[0] if why else type(exc).__name__)
+    path = sqlite_path(url)
+    if path is None:
+        return GradebookUnreachable(f"the gradebook database {shown(url)} failed: {why}"[:500])
+    if "locked" in why or "busy" in why:
+        return GradebookUnreachable(f"the gradebook {path} is in use by another command ({why}); "
+                                    "try again when it has finished"[:500])
+    return GradebookDamaged(f"the gradebook {path} is damaged ({why}); restore it from a backup, or start "
+                            "a new grading folder (--grading-dir)"[:500])
+
+
+def check_sqlite(url: str) -> None:
+    """A SQLite gradebook file that exists must open as a database with readable tables
+    (GradebookDamaged otherwise); other databases are checked by ``check_reachable``."""
+    import sqlite3
+
+    path = sqlite_path(url)
+    if path is None or not path.exists():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            bad = conn.execute("PRAGMA quick_check(1)").fetchone()
+    except sqlite3.Error as exc:
+        raise damaged(url, exc) from None
+    if bad and bad[0] != "ok":
+        raise damaged(url, str(bad[0]))
 
 
 def staging_copy(url: str, path: Path, assignment: str) -> Path:
@@ -95,6 +134,10 @@ class GradebookUnreachable(RuntimeError):
     """The gradebook's database cannot be opened (one line, password hidden)."""
 
 
+class GradebookDamaged(GradebookUnreachable):
+    """The gradebook's file (or a row of it) cannot be read: one line naming the file."""
+
+
 def shown(url: str) -> str:
     """``url`` with its password hidden, for messages."""
     try:
@@ -107,8 +150,10 @@ def shown(url: str) -> str:
 
 def check_reachable(url: str) -> None:
     """Open a connection to the gradebook's database once; raise GradebookUnreachable with one
-    line that names it when that fails (a SQLite file is created on first use: always fine)."""
+    line that names it when that fails (a SQLite file is created on first use: fine when it is
+    not there; one that is there and damaged raises GradebookDamaged)."""
     if is_sqlite(url):
+        check_sqlite(url)
         return
     import sqlalchemy
 

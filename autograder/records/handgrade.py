@@ -177,8 +177,10 @@ CSP = ("default-src 'none'; style-src 'sha256-" + base64.b64encode(hashlib.sha25
 
 
 def _page(title: str, body: str) -> bytes:
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>{body}</body></html>").encode()
+    from autograder.text.htmlsafe import page  # bidi controls shown wherever they are
+
+    return page(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                f"<style>{STYLE}</style></head><body>{body}</body></html>").encode()
 
 
 def _markdown(text: str) -> str:

@@ -8,6 +8,9 @@ return.  OWASP's rule, applied here: such a text cell gets a leading ``'``, whic
 spreadsheet shows as text.  ``defusedcsv`` (maintained, pinned in requirements.txt) does it
 for ``= + - @ | %``; this module adds tab and carriage return, which it leaves alone.
 
+Bidi controls (a right-to-left override in a name) are written visibly, ``<U+202E>``
+(``autograder.text.visible``), in every cell.
+
 Numbers stay numbers, so Canvas and Moodle still import the grade columns: a cell that is a
 plain decimal number (``30``, ``29.5``, and also ``-2``, which no spreadsheet reads as a
 formula) is written as it is.  Grades are never negative; a ``-`` followed by anything but
@@ -23,12 +26,16 @@ from pathlib import Path
 
 from defusedcsv import csv as _defused
 
+from .visible import visible
+
 _CONTROL_START = ("\t", "\r")
 _DEFUSED_START = ("=", "+", "-", "@", "|", "%")  # what defusedcsv quotes (numbers excepted)
 
 
 def cell(value):
-    """A cell as it is written (for tests and for what defusedcsv does not cover)."""
+    """A cell as it is written (for tests and for what defusedcsv does not cover); bidi
+    controls written visibly (``autograder.text.visible``)."""
+    value = visible(value)
     if isinstance(value, str) and value[:1] in _CONTROL_START:
         return "'" + value
     return value

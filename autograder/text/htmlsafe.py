@@ -8,6 +8,8 @@ the pages the grader writes (feedback pages, the hand-grading pages) only throug
 * every fragment goes through an allow-list sanitiser (``nh3``, Ammonia's): the tags of text,
   tables, lists, images and MathML survive, with the attributes they need; scripts, event
   handlers, styles, forms, frames, ``javascript:`` links and remote images do not;
+* bidi controls (a right-to-left override) are shown as ``&lt;U+202E&gt;`` in every fragment and
+  page (``autograder.text.visible``): ``sanitize``, ``escape`` and ``page``;
 * every page also sends a Content-Security-Policy that allows no script at all, inline or
   remote, and loads nothing from the network (``CSP``).
 """
@@ -17,6 +19,8 @@ import html
 import re
 
 import nh3
+
+from .visible import visible, visible_html
 
 MATHML_TAGS = {"math", "mi", "mo", "mn", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt", "mroot", "mstyle",
                "merror", "mpadded", "mphantom", "menclose", "msub", "msup", "msubsup", "munder", "mover",
@@ -55,9 +59,19 @@ def _attribute(element: str, attribute: str, value: str) -> str | None:
 
 def sanitize(fragment: str) -> str:
     """``fragment`` (HTML from a student's notebook) with only the allowed tags and attributes."""
-    return nh3.clean(str(fragment), tags=TAGS, attributes=ATTRIBUTES, attribute_filter=_attribute,
-                     url_schemes={"http", "https", "mailto", "data"}, link_rel="noopener noreferrer nofollow",
-                     strip_comments=True)
+    return visible_html(nh3.clean(str(fragment), tags=TAGS, attributes=ATTRIBUTES, attribute_filter=_attribute,
+                                  url_schemes={"http", "https", "mailto", "data"},
+                                  link_rel="noopener noreferrer nofollow", strip_comments=True))
+
+
+def escape(text) -> str:
+    """Plain text (a name, a file name, a reason) as HTML text, bidi controls shown."""
+    return html.escape(visible(str(text)))
+
+
+def page(markup: str) -> str:
+    """A whole page the grader writes, bidi controls shown wherever they are in it."""
+    return visible_html(markup)
 
 
 def tex_to_mathml(tex: str, display: bool = False) -> str:

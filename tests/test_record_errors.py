@@ -1,0 +1,94 @@
+"""Issue 34, item 6: the commands on the class record say what happened.  ``remove`` of a
+student with nothing to remove is refused (exit status 2, no run in the history); a damaged
+gradebook file or a damaged row of the history is one line naming the file and the row, never
+a traceback and never "nothing graded yet"."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autograder.cli import main as cli
+from autograder.records import classrecord
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A grading folder whose gradebook knows attention and has two runs in its history
+    (no student's notebook needed)."""
+    from nbgrader.api import Gradebook
+
+    grading = tmp_path_factory.mktemp("record") / "grading"
+    grading.mkdir()
+    url = f"sqlite:///{grading / 'gradebook.db'}"
+    from autograder.course.paths import nbgrader_env
+    from autograder.course.settings import environ
+
+    with environ({"PATH": nbgrader_env()["PATH"]}), Gradebook(url) as gb:  # nbgrader's schema (alembic)
+        gb.add_assignment("attention")
+        gb.add_student("s1")
+    classrecord.commit(url, classrecord.Commit("attention", data={"files": ["a.ipynb"], "source": "x.zip"},
+                                               intake={"s1": {"student_id": "s1", "file": "a.pdf",
+                                                              "reason": "not a notebook"}}))
+    classrecord.commit(url, classrecord.Commit("attention", data={"files": ["b.ipynb"], "source": "y.zip"}))
+    return grading
+
+
+def _copy(recorded: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    shutil.copytree(recorded, tmp_path / "grading")
+    return tmp_path / "grading"
+
+
+def _runs(grading: Path) -> int:
+    with sqlite3.connect(grading / "gradebook.db") as conn:
+        return conn.execute("SELECT count(*) FROM course_run").fetchone()[0]
+
+
+def _one_line(err: str) -> str:
+    assert "Traceback" not in err and "nothing graded yet" not in err, err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_remove_of_a_student_without_a_submission_is_refused_and_recorded_nowhere(recorded, tmp_path, capsys):
+    grading = _copy(recorded, tmp_path)
+    assert cli(["remove", "attention", "s7", "--grading-dir", str(grading)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert "s7 has no submission of attention" in err
+    assert _runs(grading) == 2
+    # a student with a file in the record (here a PDF that was not graded) can be removed
+    assert classrecord.with_submission(f"sqlite:///{grading / 'gradebook.db'}", "attention", ["s1", "s7"]) == {"s1"}
+
+
+@pytest.mark.parametrize("command", [["history"], ["undo"], ["remove", "s1"], ["export"]])
+def test_a_damaged_gradebook_file_is_one_line_naming_it(tmp_path, capsys, command):
+    grading = tmp_path / "grading"
+    grading.mkdir()
+    (grading / "gradebook.db").write_bytes(b"this is not a database" * 100)
+    args = [command[0], "attention", *command[1:], "--grading-dir", str(grading)]
+    assert cli(args) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert str(grading / "gradebook.db") in err and "damaged" in err
+
+
+def test_a_damaged_history_row_is_one_line_naming_the_file_and_the_row(recorded, tmp_path, capsys):
+    grading = _copy(recorded, tmp_path)
+    with sqlite3.connect(grading / "gradebook.db") as conn:
+        conn.execute("UPDATE course_run SET data = '{broken' WHERE seq = 2")
+    for command in (["history", "attention"], ["undo", "attention"], ["undo", "attention", "1"]):
+        assert cli([*command, "--grading-dir", str(grading)]) == 2, command
+        err = _one_line(capsys.readouterr().err)
+        assert str(grading / "gradebook.db") in err and "row 2 of table course_run" in err, err
+    assert _runs(grading) == 2
+
+
+def test_a_history_row_of_the_wrong_shape_is_named_too(recorded, tmp_path, capsys):
+    grading = _copy(recorded, tmp_path)
+    with sqlite3.connect(grading / "gradebook.db") as conn:
+        conn.execute("""UPDATE course_run SET data = '{"changes": [1, 2]}' WHERE seq = 1""")
+    assert cli(["history", "attention", "--grading-dir", str(grading)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert "row 1 of table course_run" in err
