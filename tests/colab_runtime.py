@@ -184,6 +184,7 @@ def runtime_python(snap: Snapshot) -> Path:
 
 @dataclass(frozen=True)
 class CourseInstall:
+    runtime: Snapshot
     python: Path
     course: Path                              # the published student course it was installed from
     changed: dict[str, tuple[str, str | None]]  # Colab package -> (before, after) that pip changed
@@ -198,7 +199,47 @@ def install_course(snap: Snapshot, published: Path) -> CourseInstall:
     _pip(python, "install", "-q", "--no-compile", str(published))
     after = freeze(python)
     changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
-    return CourseInstall(python, published, changed)
+    return CourseInstall(snap, python, published, changed)
+
+
+def grader_python(snap: Snapshot) -> Path:
+    """The Python that instructor/grade_on_colab.ipynb grades with on this runtime: as on Colab, a
+    virtual environment over the runtime's packages (there: ``--system-site-packages``; here a
+    ``.pth`` line, the runtime being a virtual environment itself), without pip of its own.
+    Colab's image holds more than COLAB_SIDE: the packages the grader needs that Colab ships
+    (nbconvert, SQLAlchemy, ...) are added here at Colab's versions, so that the notebook's own
+    install step meets what it would meet on Colab and adds only what Colab lacks."""
+    base = runtime_python(snap)
+    folder = VENVS / f"{snap.date}-grader"
+    python = folder / "bin" / "python"
+    wanted = sorted(n for n in _grading_names() if normalise(n) in snap.pins and normalise(n) not in
+                    {normalise(c) for c in COLAB_SIDE})
+    stamp = folder / "colab-spec.json"
+    want = {"base": str(base), "preinstalled": [f"{n}=={snap.pins[normalise(n)]}" for n in wanted]}
+    if python.exists() and stamp.exists() and json.loads(stamp.read_text()) == want:
+        return python
+    shutil.rmtree(folder, ignore_errors=True)
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    base_site = subprocess.run([str(base), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "zz_colab_runtime.pth").write_text(f"import site; site.addsitedir({base_site!r})\n")
+    if want["preinstalled"]:
+        _pip(python, "install", "-q", "--no-compile", "-c", str(_constraints(snap, VENVS / snap.date)),
+             *want["preinstalled"])
+    stamp.write_text(json.dumps(want))
+    return python
+
+
+def _grading_names() -> list[str]:
+    """Package names of requirements.txt, as the grading notebook reads them."""
+    out = []
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if spec and not spec.startswith("-"):
+            out.append(re.split(r"[\s\[=<>!~;]", spec, maxsplit=1)[0])
+    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -88,6 +88,9 @@ def readable_paths() -> list[Path]:
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
              COURSE_ROOT / "coursekit", COURSE_ROOT / "data", course_cache_dir()}
     paths |= {Path(p) for p in os.environ.get("COURSE_SANDBOX_READONLY", "").split(os.pathsep) if p.strip()}
+    # package folders on the grader's path beyond its own prefix: a virtual environment layered on
+    # another one (Colab's grader venv on the runtime's packages) imports from both
+    paths |= {Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")}
     out = []
     for p in sorted(paths):
         try:
