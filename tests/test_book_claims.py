@@ -1,0 +1,292 @@
+"""Claims of the book that were once wrong or overstated (issue 35), checked without running a page.
+
+Each test reads a page's notebook, checks that the prose says what is true, and where it is cheap
+recomputes the number the page states: it runs one small cell, or the few statements of a cell that
+make that number, with stand-ins for ``glue`` and ``show``, and compares the result with the same
+quantity worked out here from its definition.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: no display in CI
+
+import matplotlib.pyplot as plt  # noqa: E402
+import nbformat  # noqa: E402
+import pytest  # noqa: E402
+
+from coursekit import book  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+BOOK = Path(__file__).resolve().parent.parent / "book"
+
+
+def page(name: str):
+    return nbformat.read(BOOK / name, as_version=4)
+
+
+def prose(nb) -> str:
+    """The page's markdown, with every run of white space made one space (sentences span lines)."""
+    return " ".join("\n".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+
+
+def says(text: str, pattern: str) -> None:
+    """Fail, briefly, unless the page's prose matches the regular expression ``pattern``."""
+    if not re.search(pattern, text):
+        pytest.fail(f"the page does not say {pattern!r}", pytrace=False)
+
+
+def never_says(text: str, *phrases: str) -> None:
+    """Fail, briefly, if the page's prose contains one of ``phrases`` (plain text)."""
+    for phrase in phrases:
+        if phrase in text:
+            pytest.fail(f"the page still says {phrase!r}", pytrace=False)
+
+
+def source(nb, cell_id: str) -> str:
+    (cell,) = [c for c in nb.cells if c.id == cell_id]
+    return cell.source
+
+
+def picked(code: str, names: set[str]) -> str:
+    """The top-level statements of ``code`` that define one of ``names`` (a def, an assignment) or
+    glue one of them, in their order: enough to recompute a number without the rest of the cell."""
+    keep, found = [], set()
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.FunctionDef):
+            defined = {node.name}
+        elif isinstance(node, ast.Assign):
+            defined = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+              and getattr(node.value.func, "id", None) == "glue" and isinstance(node.value.args[0], ast.Constant)):
+            defined = {node.value.args[0].value}
+        else:
+            continue
+        if defined & names:
+            keep.append(node)
+            found |= defined & names
+    assert found == names, f"the cell no longer defines {sorted(names - found)}"
+    return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+
+
+def run(code: str, **names) -> tuple[dict, list[str]]:
+    """Execute ``code`` with ``names`` defined; returns what it glued (formatted as coursekit.book.glue
+    formats it) and the alt texts of the figures it showed."""
+    glued, alts = {}, []
+
+    def glue(name, value, fmt=None):
+        value = book._plain(value)
+        glued[name] = format(value, fmt) if fmt is not None else value
+
+    def show(fig, alt, caption=None):
+        book.figure_metadata(alt, caption)  # the checks show() makes
+        alts.append(" ".join(alt.split()))
+        plt.close(fig)
+
+    exec(compile(code, "<page cell>", "exec"), {"glue": glue, "show": show, "math": math, "torch": torch, **names})
+    return glued, alts
+
+
+# ------------------------------------------------------------------ 13: FlashAttention
+
+
+def test_flashattention_traffic_stays_quadratic_only_extra_memory_is_linear():
+    # Dao et al. 2022, Theorem 2: Theta(T d + T^2) HBM accesses written out, Theta(T^2 d^2 / M) fused
+    text = prose(page("13_inference.ipynb"))
+    never_says(text, "O(T d_h)", "traffic and the extra memory drop")
+    says(text, r"\\Theta\(T d_h \+ T\^2\)[^.]*\\Theta\(T\^2 d_h\^2 / M\)")
+    says(text, r"traffic[^.]*stays quadratic in \$T\$")
+    says(text, r"falls from \$O\(T\^2\)\$ to \$O\(T\)\$ per head")  # the extra memory
+    # chapter 10 says the same: the T^2 work stays
+    assert r"They remove the $T^2$ *memory*, not the $T^2$ *work*." in prose(page("10_scale_arithmetic.ipynb"))
+
+
+# ------------------------------------------------------------- 13: GPT-3's cache per sequence
+
+
+def test_gpt3_cache_is_computed_at_its_own_context_of_2048_tokens():
+    nb = page("13_inference.ipynb")
+    code = picked(source(nb, "p13-published"),
+                  {"PUBLISHED", "BYTES", "cache_bytes", "GPT3_CONTEXT", "p13_gpt3_T", "p13_gpt3_gib"})
+    glued, _ = run(code)
+    text = prose(nb)
+    # Brown et al. 2020, Tab. 2.1: 96 layers of 96 heads of 128; a context of 2,048 tokens; 16-bit numbers
+    expected = 2 * 96 * 96 * 128 * 2048 * 2 / 2 ** 30
+    assert glued["p13_gpt3_T"] == "2,048"
+    assert glued["p13_gpt3_gib"] == pytest.approx(expected) and round(expected) == 9
+    says(text, r"GPT-3 175B \(multi-head\), whose context is \{glue:text\}`p13_gpt3_T` tokens[^.]*"
+               r"needs \{glue:text\}`p13_gpt3_gib:\.0f` GiB per sequence")
+
+
+# ------------------------------------------------------------------- 13: RMSNorm, LayerNorm
+
+
+def test_rmsnorm_equals_layernorm_on_centred_inputs_only_with_equal_gains_and_no_bias():
+    nb = page("13_inference.ipynb")
+    text = prose(nb)
+    never_says(text, "When the mean of $x$ is zero the two agree.")
+    says(text, r"mean of \$x\$ is zero[^.]*gains are equal and LayerNorm's bias \$\\beta\$ is zero")
+    C = 64
+    x = torch.randn(256, C, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    centred = x - x.mean(-1, keepdim=True)
+    rms, layer = torch.nn.RMSNorm(C, eps=1e-6), torch.nn.LayerNorm(C, eps=1e-6)
+    with torch.no_grad():
+        assert torch.allclose(rms(centred), layer(centred), atol=1e-5)  # as initialised: they agree
+    glued, _ = run(source(nb, "p13-norms-bias"), nn=torch.nn, C=C, rms=rms, layer=layer, centred=centred)
+    assert glued["p13_err_bias"] == pytest.approx(glued["p13_ln_bias"], abs=1e-5) and glued["p13_ln_bias"] > 0
+    assert glued["p13_err_gain"] > 0.1  # a gain of 1.5 against 1, on values of a few units
+    says(text, r"differ by \{glue:text\}`p13_err_bias:\.2f`.*?differ by up to \{glue:text\}`p13_err_gain:\.1f`")
+
+
+# ------------------------------------------------------------------ 14: bytes and the window
+
+
+def test_bytes_use_the_length_ratio_of_the_window_and_its_square_in_attention():
+    nb = page("14_tokenisation.ipynb")
+    pd = pytest.importorskip("pandas")
+    schemes = {"WordPiece (BERT)": None, "byte-level BPE (GPT-2)": None, "Unigram (T5)": None}
+    n_articles, bytes_per_article, bpe_per_article = 10, 234, 59
+    at8k = pd.DataFrame({"tokens": [62 * n_articles, bpe_per_article * n_articles, 61 * n_articles]},
+                        index=pd.Index(list(schemes), name="scheme"))
+    glued, alts = run(source(nb, "p14-cost"), pd=pd, plt=plt, SCHEMES=schemes, SIZES=[1000, 8000], at8k=at8k,
+                      n_bytes=bytes_per_article * n_articles, val_text=[""] * n_articles)
+    ratio = bytes_per_article / bpe_per_article
+    assert glued["p14_bytes_window"] == pytest.approx(ratio)              # about 4: positions of the window
+    assert glued["p14_bytes_attention"] == pytest.approx(ratio ** 2)      # about 16: quadratic attention
+    assert f"{bytes_per_article} positions long" in alts[0]
+    text = prose(nb)
+    never_says(text, "it would use that many times more of a fixed context window")
+    says(text, r"uses \{glue:text\}`p14_bytes_window:\.1f` times as much of a fixed context window")
+    says(text, r"attention, which grows with the square of the length, costs "
+               r"\{glue:text\}`p14_bytes_attention:\.0f` times as much")
+    if re.search(r"p14_bytes_attention[^.]*context window", text):
+        pytest.fail("the page measures the context window with the attention ratio", pytrace=False)
+
+
+# ------------------------------------------------------------------- 14: where the space goes
+
+
+def test_both_byte_level_bpe_and_unigram_put_the_space_on_the_next_word():
+    pre_tokenizers = pytest.importorskip("tokenizers.pre_tokenizers")
+    text = prose(page("14_tokenisation.ipynb"))
+    never_says(text, "keeps the space as its own symbol", "glues a space to the front of each word, Unigram")
+    says(text, r"byte-level BPE and Unigram both keep the space and attach it to the front of the word")
+    # what the page's two pre-tokenizers do (as configured in p14-train)
+    meta = [piece for piece, _ in pre_tokenizers.Metaspace().pre_tokenize_str("Take control now")]
+    byte = [piece for piece, _ in pre_tokenizers.ByteLevel(add_prefix_space=True).pre_tokenize_str("Take control now")]
+    assert meta == ["▁Take", "▁control", "▁now"] and byte == ["ĠTake", "Ġcontrol", "Ġnow"]
+    says(text, r"`Ġ` \(`ĠTake`\)[^.]*`▁` \(`▁Take`\)")
+
+
+# ------------------------------------------------------------------------ 14: BPE's ties
+
+
+def test_bpe_ties_go_to_the_smallest_symbol_numbers_as_in_the_library():
+    models = pytest.importorskip("tokenizers.models")
+    from tokenizers import Tokenizer, pre_tokenizers, trainers
+
+    nb = page("14_tokenisation.ipynb")
+    text = prose(nb)
+    never_says(text, "alphabetically first pair, which is also what the library does")
+    says(text, r"code points[^.]*order it was made[^.]*smallest number")
+    says(text, r"That is not alphabetical order")
+    glued_names = set(re.findall(r"\{glue:text\}`(p14_(?:n_ties|first_apart|apart_id|apart_alpha)):?", text))
+    assert glued_names == {"p14_n_ties", "p14_first_apart", "p14_apart_id", "p14_apart_alpha"}
+
+    # a corpus where the rules differ: after a + b, the pairs (ab, x) and (c, d) are tied at 2
+    corpus = ["ab"] * 5 + ["abx"] * 2 + ["cd"] * 2
+    word_counts = {"ab": 5, "abx": 2, "cd": 2}
+    scope = {"Counter": Counter}
+    exec(compile(picked(source(nb, "p14-bpe"), {"learn_bpe", "merge_pair"}), "<p14-bpe>", "exec"), scope)
+    by_id = [(a, b) for a, b, _ in scope["learn_bpe"](word_counts, 2)[0]]
+    by_name = [(a, b) for a, b, _ in scope["learn_bpe"](word_counts, 2, tie_break="alphabetical")[0]]
+
+    library = Tokenizer(models.BPE())
+    library.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    library.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=5 + 2, show_progress=False))
+    learned = [tuple(m if isinstance(m, list) else m.split(" ")) for m in json.loads(library.to_str())["model"]["merges"]]
+    assert learned == by_id == [("a", "b"), ("c", "d")]
+    assert by_name == [("a", "b"), ("ab", "x")]
+
+
+# -------------------------------------------------------------------- 12: T5's exact buckets
+
+
+def t5_bucket_reference(d: int, n_buckets: int, max_distance: int) -> int:
+    """T5's bucket of a distance d >= 0, one direction, as T5's code computes it (log-spaced past n_buckets // 2)."""
+    exact = n_buckets // 2
+    if d < exact:
+        return d
+    return min(n_buckets - 1, exact + int(math.log(d / exact) / math.log(max_distance / exact) * (n_buckets - exact)))
+
+
+def test_t5_keeps_distances_apart_up_to_7_with_16_buckets():
+    from coursekit.gpt import positions as pos
+
+    reference = [t5_bucket_reference(d, 16, 64) for d in range(200)]
+    assert pos.t5_bucket(torch.arange(200), n_buckets=16, max_distance=64).tolist() == reference
+    last_exact = next(d for d in range(200) if reference.count(reference[d + 1]) > 1)
+    assert last_exact == 7 and [d for d in range(200) if reference[d] == reference[8]] == [8, 9, 10]
+
+    nb = page("12_positions.ipynb")
+    glued, alts = run(source(nb, "p12-shapes"), plt=plt, pos=pos)
+    assert glued["p12_t5_last_exact"] == last_exact
+    assert (glued["p12_t5_shared_lo"], glued["p12_t5_shared_hi"]) == (8, 10)
+    assert glued["p12_t5_last_from"] == reference.index(15)
+    assert f"one bucket per distance up to {last_exact}, then ever wider steps, the first shared by distances 8 to 10" \
+        in alts[0]
+    text = prose(nb)
+    says(text, r"exactly up to \{glue:text\}`p12_t5_last_exact:d` and then only roughly: distances "
+               r"\{glue:text\}`p12_t5_shared_lo:d` to \{glue:text\}`p12_t5_shared_hi:d` already share")
+    never_says(text, "from about 50 on", "exact below 8")
+
+
+# ----------------------------------------------------------------- 15: attention beside 6N
+
+
+def test_attention_share_of_training_compute_is_t_over_6d():
+    nb = page("15_scaling.ipynb")
+    text = prose(nb)
+    never_says(text, "small against $12d$", "147{,}456", r"T \ll 12d")
+    says(text, r"12\\,L\\,T\\,d / 6N \\approx T/\(6d\)")
+    says(text, r"\$T \\ll 6d\$")
+    glued, _ = run(source(nb, "p15-attn-share"))
+    # the page's own count: 12 L T d of attention against 6N, N = 12 L d^2, for GPT-3 175B
+    L, d, T = 96, 12288, 2048
+    assert glued["p15_gpt3_attn_share"] == pytest.approx(12 * L * T * d / (6 * 12 * L * d ** 2))
+    assert glued["p15_gpt3_attn_share"] == pytest.approx(T / (6 * d))
+    assert (glued["p15_gpt3_T"], glued["p15_gpt3_6d"]) == ("2,048", "73,728")
+
+
+# -------------------------------------------------------------- 11: pairs and their bytes
+
+
+def test_photo_pairs_and_their_gigabytes_count_the_same_thing():
+    from matplotlib import cbook
+
+    nb = page("11_beyond_text.ipynb")
+    with cbook.get_sample_data("grace_hopper.jpg") as fh:
+        height, width = plt.imread(fh).shape[:2]
+    n = (height // 16) * (width // 16) * 16 * 16  # the page crops the photograph to whole 16-pixel patches
+    code = picked(source(nb, "p09-pixels"),
+                  {"pairs", "p09_photo_pairs", "p09_photo_gb", "p09_photo_matrix", "p09_photo_matrix_gb"})
+    glued, _ = run(code, n_photo=n, n_tokens=n // 256)
+    causal = n * (n + 1) // 2
+    assert float(glued["p09_photo_pairs"]) == pytest.approx(causal, rel=1e-2)
+    # the gigabytes beside the pairs are those pairs at 2 bytes each; the n x n matrix is said apart
+    assert float(glued["p09_photo_gb"].replace(",", "")) == round(2 * causal / 1e9)
+    assert float(glued["p09_photo_matrix"]) == pytest.approx(n * n, rel=1e-2)
+    assert float(glued["p09_photo_matrix_gb"].replace(",", "")) == round(2 * n * n / 1e9)
+    text = prose(nb)
+    says(text, r"\{glue:text\}`p09_photo_pairs` causal pairs: at 2 bytes per score[^.]*"
+               r"\{glue:text\}`p09_photo_gb` GB")
+    says(text, r"whole \$n \\times n\$ matrix[^.]*\{glue:text\}`p09_photo_matrix` entries\), needs "
+               r"\{glue:text\}`p09_photo_matrix_gb` GB")
