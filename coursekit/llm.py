@@ -909,8 +909,8 @@ class OpenAIModel(LanguageModel):
                 return raw.http_response.content  # read whole by now, at most max_reply_bytes
             except (o.BadRequestError, o.UnprocessableEntityError):
                 raise
-            except LLMError:
-                raise  # from the transport: too slow, too large, not decompressible
+            except _ReplyError as err:  # from the transport: too slow, too large, not decompressible
+                raise LLMError(self._scrub(err)) from None  # shown as "LLMError: ...", one line
             except (o.OpenAIError, httpx2.HTTPError) as err:
                 status = getattr(err, "status_code", None)
                 again = (status in (408, 409, 429) or (status or 0) >= 500
@@ -967,8 +967,10 @@ class OpenAIModel(LanguageModel):
                 logprobs = None  # not numbers: reported as none
             out.append((content or "", logprobs or None))
         usage = data.get("usage")
-        usage = {k: usage.get(k) if isinstance(usage.get(k), int) else 0 for k in ("prompt_tokens", "completion_tokens")} \
-            if isinstance(usage, dict) else None
+        if isinstance(usage, dict):
+            usage = {k: usage[k] if isinstance(usage.get(k), int) else 0 for k in ("prompt_tokens", "completion_tokens")}
+        else:
+            usage = None
         return out, usage
 
     def sample(self, prompts, n_samples=1, max_new_tokens=32, seed=0, temperature=1.0, top_k=None,

@@ -223,6 +223,7 @@ def _fails(lm, server, what):
         lm.sample(["Oil prices"], 1, 8)
     line = str(err.value)
     assert f"127.0.0.1:{server.port}" in line and "\n" not in line, line
+    assert err.value._render_traceback_() == [f"LLMError: {line}"]  # what a notebook shows
     assert any(w in line for w in what.split("|")), line
     assert OPENAI_KEY not in line and CLASS_KEY not in line
     return line
@@ -372,5 +373,5 @@ def test_memory_stays_bounded_under_a_300_mib_reply(server, behaviour):
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"{behaviour}: RSS {got['rss_mib']:.0f} MiB before the request; its peak grew by "
           f"{got['peak_growth_mib']:.1f} MiB; Python's allocations peaked at {got['python_peak_mib']:.1f} MiB")
-    assert got["error"] and "more than the 8 MiB" in got["error"], got
     assert got["peak_growth_mib"] < 64 and got["python_peak_mib"] < 64, got
+    assert got["error"] and "more than the 8 MiB" in got["error"], got
