@@ -292,7 +292,7 @@ def test_settings_and_keys(monkeypatch):
     with pytest.raises(LLMError, match="COURSE_LLM_BACKEND='ollama'.*local, openai, llamacpp"):
         llm_settings()
     monkeypatch.delenv(KEY_VAR := "OPENAI_API_KEY", raising=False)
-    assert api_key("http://localhost:11434/v1") == "no-key-needed"  # a server on this machine
+    assert api_key("http://localhost:11434/v1") is None  # a server on this machine: no key, none sent
     asked = []
     monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or KEY)
     lm = OpenAIModel("gpt-4o-mini", "https://api.openai.com/v1", verbose=False)  # no request is made here
@@ -303,10 +303,15 @@ def test_settings_and_keys(monkeypatch):
         raise EOFError
 
     monkeypatch.setattr("getpass.getpass", no_terminal)
-    with pytest.raises(LLMError, match="no API key for api.example.org: add the Colab secret OPENAI_API_KEY"):
-        api_key("https://api.example.org/v1")
+    with pytest.raises(LLMError, match="no API key for api.openai.com: add the Colab secret OPENAI_API_KEY"):
+        api_key("https://api.openai.com/v1")
+    assert api_key("https://api.example.org/v1") is None  # another server: only a key named for it
     monkeypatch.setenv(KEY_VAR, KEY)
-    assert api_key("https://api.example.org/v1") == KEY
+    assert api_key("https://api.openai.com/v1") == KEY
+    assert api_key("https://api.example.org/v1") is None  # OPENAI_API_KEY goes to OpenAI only
+    monkeypatch.setenv("COURSE_LLM_API_KEY", KEY + "-class")
+    assert api_key("https://api.example.org/v1") == KEY + "-class"
+    assert api_key("https://api.openai.com/v1") == KEY
 
 
 def test_hf_export_is_the_course_model(small_gpt, tmp_path):
