@@ -17,7 +17,10 @@ What is rebuilt here, and what is not (measured; the issue note has the figures)
 * **torch and torchvision.** Colab's ``torch 2.11.0+cpu`` and ``torchvision 0.26.0+cpu`` come from
   download.pytorch.org, out of reach here; the tier uses the course's torch (``requirements.txt``)
   and the torchvision built for it (``NEAREST``). Both torchvision builds lack
-  ``torchvision.io.VideoReader``, which is what breaks datasets 4.0.
+  ``torchvision.io.VideoReader``, which is what breaks datasets 4.0. The index's torchvision is
+  a CUDA build whose compiled ops cannot load beside a CPU torch (``import torchvision`` then
+  fails, and with it much of transformers): the tier keeps its Python code and drops its
+  compiled ops, which the course never calls (``_torchvision_without_compiled_ops``).
 * **Everything else the course meets** (``COLAB_SIDE``: transformers, datasets, peft, torchao,
   numpy, IPython, ipykernel, ...) at exactly Colab's versions, from the package index. The rest of
   Colab's 600-odd packages are not installed: the course never imports them.
@@ -173,6 +176,7 @@ def runtime_python(snap: Snapshot) -> Path:
     folder.mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     _pip(python, "install", "-q", "--no-compile", "-c", str(_constraints(snap, folder)), *spec)
+    _torchvision_without_compiled_ops(folder)
     got = freeze(python)
     asked = dict(s.split("==") for s in spec)
     wrong = {n: (v, got.get(normalise(n))) for n, v in asked.items() if got.get(normalise(n)) != v}
@@ -180,6 +184,30 @@ def runtime_python(snap: Snapshot) -> Path:
         raise RuntimeError(f"{snap.label}: pip installed other versions than asked: {wrong}")
     stamp.write_text(json.dumps(want))
     return python
+
+
+_ONLY_WITH_OPS = """\
+# Colab tier (tests/colab_runtime.py): the package index's torchvision is a CUDA build, whose
+# compiled ops cannot load beside the course's CPU torch; this module then registers nothing,
+# as on a torchvision built without ops. Its Python (io, transforms, ...) is the real one.
+from .extension import _has_ops
+if _has_ops():
+    from .{name}_ops import *  # noqa: F401,F403
+"""
+
+
+def _torchvision_without_compiled_ops(folder: Path) -> None:
+    """torchvision as a CPU build without compiled ops would be: its Python code unchanged, its
+    CUDA-linked ``_C`` library removed, and the two modules that register those ops for torch
+    (unconditionally, in 0.26 and later) run only when the ops are there."""
+    (package,) = folder.glob("lib/python*/site-packages/torchvision")
+    for lib in package.glob("_C*.so"):
+        lib.unlink()
+    for name in ("_meta_registrations", "_autograd_registrations"):
+        module = package / f"{name}.py"
+        if module.exists() and not (package / f"{name}_ops.py").exists():
+            module.rename(package / f"{name}_ops.py")
+            module.write_text(_ONLY_WITH_OPS.format(name=name))
 
 
 @dataclass(frozen=True)
