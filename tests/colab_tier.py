@@ -25,18 +25,34 @@ RUN = textwrap.dedent("""
     import nbformat
     from nbclient import NotebookClient
     nb = nbformat.read(sys.argv[1], as_version=4)
-    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": sys.argv[2]}}).execute()
-    out = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-        errors = [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
-        out.append({"source": cell.source, "text": text[-20000:], "errors": errors})
-    with open(sys.argv[3], "w") as fh:
-        json.dump(out, fh)
+    try:
+        NotebookClient(nb, timeout=1800, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": sys.argv[2]}}).execute()
+    finally:
+        out = []
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            outputs = cell.get("outputs", [])
+            text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+            errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o.get("output_type") == "error"]
+            out.append({"id": cell.get("id"), "source": cell.source, "text": text[-20000:], "errors": errors})
+        with open(sys.argv[3], "w") as fh:
+            json.dump(out, fh)
 """)
+
+
+def run_cells(python: Path, notebook: Path, env: dict, scratch: Path, timeout: int = 1800) -> list[dict]:
+    """Run ``notebook`` (in its own folder, left unchanged) with ``python``'s nbclient and kernel;
+    its code cells as {id, source, text, errors}, also when the run stopped half-way."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    result, script = scratch / f"{notebook.stem}.cells.json", scratch / "run_notebook.py"
+    script.write_text(RUN)
+    result.unlink(missing_ok=True)
+    proc = subprocess.run([str(python), str(script), str(notebook), str(notebook.parent), str(result)],
+                          capture_output=True, text=True, env=env, cwd=notebook.parent, timeout=timeout)
+    assert result.exists(), f"{notebook.name} did not run with {python}:\n{proc.stderr[-3000:]}"
+    return json.loads(result.read_text())
 
 
 def publish_course(dest: Path) -> Path:
@@ -61,15 +77,8 @@ def run_notebook(install: CourseInstall, nb, folder: str, name: str) -> list[dic
     """Run ``nb`` as ``<published course>/<folder>/<name>`` in the rebuilt runtime; its cells."""
     where = install.course / folder
     where.mkdir(parents=True, exist_ok=True)
-    path = where / name
-    nbformat.write(nb, path)
-    result = where / f".{name}.cells.json"
-    script = where / ".run_notebook.py"
-    script.write_text(RUN)
-    proc = subprocess.run([str(install.python), str(script), str(path), str(where), str(result)],
-                          capture_output=True, text=True, env=_env(), cwd=where, timeout=1800)
-    assert proc.returncode == 0, f"{folder}/{name} did not run in the rebuilt runtime:\n{proc.stderr[-3000:]}"
-    return json.loads(result.read_text())
+    nbformat.write(nb, where / name)
+    return run_cells(install.python, where / name, _env(), scratch=install.course / ".tier" / folder)
 
 
 def exercise_copy(install: CourseInstall, assignment: str, solved: bool) -> tuple[str, list[dict]]:

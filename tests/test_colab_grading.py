@@ -16,38 +16,18 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import textwrap
 import zipfile
 
 import pytest
 
 from colab_runtime import grader_python, snapshots
+from colab_tier import run_cells
 from conftest import ROOT, filled_exercise, read_nb
 
 pytestmark = [pytest.mark.slow, pytest.mark.colab]
 
 TODAY = snapshots()[0]
 NOTEBOOK = ROOT / "instructor" / "grade_on_colab.ipynb"
-
-RUN = textwrap.dedent("""
-    import json, sys
-    import nbformat
-    from nbclient import NotebookClient
-    nb = nbformat.read(sys.argv[1], as_version=4)
-    try:
-        NotebookClient(nb, timeout=1800, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": sys.argv[2]}}).execute()
-    finally:
-        cells = [{"id": c.get("id"), "text": "".join(o.get("text", "") for o in c.get("outputs", [])
-                                                  if o.get("output_type") == "stream"),
-                  "errors": [f"{o['ename']}: {o['evalue']}" for o in c.get("outputs", [])
-                             if o.get("output_type") == "error"]}
-                 for c in nb.cells if c.cell_type == "code"]
-        with open(sys.argv[3], "w") as fh:
-            json.dump(cells, fh)
-""")
-
 
 @pytest.fixture(scope="module", params=["parameters_and_lora", "finetune"])
 def graded(request, tmp_path_factory):
@@ -60,18 +40,14 @@ def graded(request, tmp_path_factory):
                     (ROOT / "exercises" / assignment / f"{assignment}.ipynb").read_bytes())
     roster = tmp / "roster.csv"
     roster.write_text("student_id,lms_id,name\nc001,2001,Solved Student\nc002,2002,Untouched Student\n")
-    work, result = tmp / "work", tmp / "cells.json"
-    script = tmp / "run.py"
-    script.write_text(RUN)
+    work = tmp / "work"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(GRADE_ON_COLAB_ASSIGNMENT=assignment, GRADE_ON_COLAB_ZIP=str(lms_zip),
                GRADE_ON_COLAB_ROSTER=str(roster), GRADE_ON_COLAB_WORK_DIR=str(work),
                GRADE_ON_COLAB_INSTALL="missing", GRADE_ON_COLAB_WORKERS="1",
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", COURSE_DEVICE=env.get("COURSE_DEVICE", "cpu"))
-    proc = subprocess.run([str(grader_python(TODAY)), str(script), str(NOTEBOOK), str(NOTEBOOK.parent), str(result)],
-                          capture_output=True, text=True, env=env, timeout=3000)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = {c["id"]: c for c in json.loads(result.read_text())}
+    # run where an instructor opens it: in the course checkout, which the notebook finds from its folder
+    cells = {c["id"]: c for c in run_cells(grader_python(TODAY), NOTEBOOK, env, scratch=tmp, timeout=3000)}
     out = work / "results" / assignment
     rows = {}
     if (out / "grades.csv").exists():

@@ -34,6 +34,7 @@ import nbformat
 import pytest
 
 from autograder.authoring.publish import STUDENT_DEPENDENCIES
+from colab_tier import run_cells
 from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
 
 pytestmark = pytest.mark.slow
@@ -120,29 +121,14 @@ def test_oldest_versions_encode_like_the_pinned_ones(tmp_path):
         f"hidden states differ with {old['versions']}"
 
 
-RUN_NOTEBOOK = textwrap.dedent("""
-    import json, sys
-    import nbformat
-    from nbclient import NotebookClient
-    nb = nbformat.read(sys.argv[1], as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": sys.argv[2]}}).execute()
-    out = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-        errors = [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
-        out.append({"source": cell.source, "text": text, "errors": errors})
-    print(json.dumps(out))
-""")
-
-
 def _run_exercise(python: Path, nb, tmp_path: Path, name: str) -> list[dict]:
-    path = tmp_path / f"{name}.ipynb"
+    path = tmp_path / name / f"{name}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
-    return run_in(python, RUN_NOTEBOOK.replace("sys.argv[1]", repr(str(path))).replace("sys.argv[2]", repr(str(tmp_path))),
-                  tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COURSE_MODEL_SOURCE="offline",
+               COURSE_CACHE_DIR=str(tmp_path / f"cache-{python.parent.parent.name}"),
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", MPLBACKEND="Agg")
+    return run_cells(python, path, env, scratch=tmp_path / f"{name}-run", timeout=900)
 
 
 def _handin(cells: list[dict]) -> str:
