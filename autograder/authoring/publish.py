@@ -15,8 +15,12 @@ bibliography of ``_config.yml`` and the book's templates and style sheets in the
 (``templates_path``, ``html_static_path``: small, and no notebook rendered as HTML), each a
 notebook without outputs, attachments or grading markers (or a text file).  Anything else there (an HTML, PDF or ``.py`` export of a solution, a
 draft, a link) stops it with one line naming the file, since a rendered export need not hold
-one line of the solution intact.  After writing, it scans every file for a line of a solution,
-a hidden test or a mark scheme, and refuses the result if it finds one.
+one line of the solution intact; so does a file under ``data/`` that ``data/MANIFEST`` does not
+list with its sha256.  After writing, it proves every file it wrote: UTF-8 text (a binary or an
+archive only as a data file listed in ``data/MANIFEST``), scanned, every string of a notebook or
+JSON file included (metadata, outputs, attachments), for a line of a hidden test or a mark
+scheme, three lines of a solution, or a run of ``RUN`` normalised tokens of one (``tokenize``;
+comments, layout and names do not matter), and it refuses the result if it finds one.
 """
 from __future__ import annotations
 
