@@ -27,6 +27,55 @@ def test_generated_files_match_the_course_file():
     assert check(ROOT) == []
 
 
+def _raw_points(path: Path) -> tuple[float, float]:
+    """(auto, by hand) straight from the notebook's JSON: tests carry the first; answers a person
+    grades (grade and solution) and task cells the second."""
+    auto = hand = 0.0
+    for cell in json.loads(path.read_text())["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        points = float(meta.get("points", 0) or 0)
+        if meta.get("task") or (meta.get("grade") and meta.get("solution")):
+            hand += points
+        elif meta.get("grade"):
+            auto += points
+    return auto, hand
+
+
+def test_the_readme_says_which_grading_steps_each_assignment_needs(tmp_path):
+    """The grading-steps table of README.md follows the notebooks: one row per assignment of
+    course.yml with its points graded automatically and by hand (issue 35: the sentence it
+    replaced said finetune and project_aether needed only step 1, and uploads went out empty);
+    a notebook whose points change makes the README stale."""
+    course = load(ROOT)
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("<!-- grading-steps:start -->", 1)[1].split("<!-- grading-steps:end -->", 1)[0]
+    rows = {m.group(1): m.groups()[1:] for m in re.finditer(r"^\| `(\w+)` \| ([\d.]+) \| ([\d.]+) \| (.+) \|$",
+                                                             table, re.M)}
+    assert list(rows) == [a.id for a in course.assignments]
+    for a in course.assignments:
+        auto, hand = _raw_points(ROOT / "solutions" / a.id / a.notebook)
+        got_auto, got_hand, steps = rows[a.id]
+        assert (float(got_auto), float(got_hand)) == (auto, hand), a.id
+        assert steps.startswith("1 only" if hand == 0 else "1–3"), (a.id, steps)
+    assert any(float(r[1]) > 0 for name, r in rows.items() if name == "finetune")
+    assert "need only step 1" not in readme
+    # stale: a copy whose finetune written answers lost their points (the course files, no more)
+    copy = tmp_path / "course"
+    for name in ["course.yml", "README.md", "_config.yml", "book", "solutions", "coursekit/_course.py", "instructor"]:
+        src, dst = ROOT / name, copy / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    assert check(copy) == []
+    path = copy / "solutions" / "finetune" / "finetune.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and meta.get("solution"):
+            meta["points"] = 0
+    nbformat.write(nb, path)
+    assert check(copy) == [copy / "README.md"]
+
+
 def test_every_notebook_has_the_one_setup_cell():
     course = load(ROOT)
     for a in course.assignments:

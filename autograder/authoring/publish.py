@@ -15,15 +15,27 @@ bibliography of ``_config.yml`` and the book's templates and style sheets in the
 (``templates_path``, ``html_static_path``: small, and no notebook rendered as HTML), each a
 notebook without outputs, attachments or grading markers (or a text file).  Anything else there (an HTML, PDF or ``.py`` export of a solution, a
 draft, a link) stops it with one line naming the file, since a rendered export need not hold
-one line of the solution intact.  After writing, it scans every file for a line of a solution,
-a hidden test or a mark scheme, and refuses the result if it finds one.
+one line of the solution intact; so does a file under ``data/`` that ``data/MANIFEST`` does not
+list with its sha256.  After writing, it proves every file it wrote: UTF-8 text (a binary or an
+archive only as a data file listed in ``data/MANIFEST``), scanned, every string of a notebook or
+JSON file included (metadata, outputs, attachments), for a line of a hidden test or a mark
+scheme, three lines of a solution, or a run of ``RUN`` normalised tokens of one (``tokenize``;
+comments, layout and names do not matter), and it refuses the result if it finds one.
 """
 from __future__ import annotations
 
+import ast
+import base64
+import builtins
+import hashlib
+import json
+import keyword
 import re
 import shutil
 import textwrap
-from dataclasses import dataclass
+import tokenize
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -54,70 +66,190 @@ class PublishError(RuntimeError):
 @dataclass
 class Secrets:
     """What must not reach students: every line of a hidden test or a mark scheme (they are
-    distinctive), and every run of three consecutive lines of a solution (single lines such as
-    ``loss.backward()`` also appear, rightly, in the book)."""
+    distinctive), every run of three consecutive lines of a solution, and every run of ``RUN``
+    tokens of a solution, normalised (``tokenize``: comments, whitespace and
+    indentation gone; names renamed consistently within the run), so that a reformatted copy is
+    caught too.  Single lines such as ``loss.backward()`` also appear, rightly, in the book, and
+    runs that the released notebooks show (given code) are not secret."""
 
     lines: set[str]
     windows: set[tuple[str, ...]]
+    runs: set[tuple[str, ...]] = field(default_factory=set)
+    shapes: set[tuple[str, ...]] = field(default_factory=set)  # the runs with every name as "$" (a fast filter)
 
 
 WINDOW = 3
+# tokens: about three lines of code.  The book and coursekit rightly share shorter runs with solutions
+# (the sinusoidal table of 03_positional_encoding: 31 tokens; the causal mask of coursekit/gpt/modern.py:
+# 35 tokens, names renamed); none this long.
+RUN = 40
+RUN_FIXED = 12    # tokens of a run that are not renamed names (operators, keywords, attributes, literals)
 
 
 def _norm(text: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
+_SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
+            tokenize.ENDMARKER}
+_KEPT_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins))
+
+
+@dataclass
+class _Tokens:
+    text: list[str]     # each token, normalised
+    line: list[int]     # its line (1-based) in the text
+    named: list[bool]   # a name that is renamed (not a keyword, builtin or attribute)
+
+
+def _tokens(text: str) -> _Tokens:
+    """Python's tokens of ``text``, without comments, line breaks and indentation; any text is
+    accepted (prose, CSV): where ``tokenize`` gives up, it starts again on the next line."""
+    lines = text.splitlines(keepends=True)
+    out = _Tokens([], [], [])
+    start = 0
+    while start < len(lines):
+        feed = iter(lines[start:])
+        try:
+            for tok in tokenize.generate_tokens(lambda: next(feed, "")):
+                if tok.type in _SKIPPED or (tok.type == tokenize.ERRORTOKEN and not tok.string.strip()):
+                    continue
+                s = tok.string
+                if tok.type == tokenize.STRING:
+                    try:
+                        s = repr(ast.literal_eval(s))   # 'a' and "a" alike
+                    except (ValueError, SyntaxError, MemoryError, RecursionError):
+                        pass
+                named = tok.type == tokenize.NAME and s not in _KEPT_NAMES and not (out.text and out.text[-1] == ".")
+                out.text.append(s)
+                out.line.append(start + tok.start[0])
+                out.named.append(named)
+            break
+        except (tokenize.TokenError, SyntaxError):
+            start = max(out.line[-1] if out.line else start, start + 1)  # the line after the last token read
+    return out
+
+
+def _shape(toks: _Tokens) -> list[str]:
+    return ["$" if n else t for t, n in zip(toks.text, toks.named)]
+
+
+def _canonical(toks: _Tokens, i: int) -> tuple[str, ...] | None:
+    """The run of RUN tokens from ``i``, names renamed in order of appearance (None when the run
+    is mostly names: prose, not code)."""
+    names: dict[str, str] = {}
+    out = []
+    for t, n in zip(toks.text[i:i + RUN], toks.named[i:i + RUN]):
+        out.append(names.setdefault(t, f"${len(names)}") if n else t)
+    return tuple(out) if RUN - len(names) >= RUN_FIXED and len(out) == RUN else None
+
+
+def _runs(text: str) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]]:
+    toks = _tokens(text)
+    shape = _shape(toks)
+    runs, shapes = set(), set()
+    for i in range(len(toks.text) - RUN + 1):
+        run = _canonical(toks, i)
+        if run is not None:
+            runs.add(run)
+            shapes.add(tuple(shape[i:i + RUN]))
+    return runs, shapes
+
+
 def secrets(root: Path = ROOT, min_len: int = 12) -> Secrets:
     lines, public, windows = set(), set(), set()
+    runs, shapes, public_runs = set(), set(), set()
     for path in sorted((root / SOURCE_DIR).glob("*/*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             src = cell.source
             meta = cell.metadata.get("nbgrader", {})
             hidden = _HIDDEN.findall(src)
             whole = meta.get("solution") and not _SOLUTION.search(src)
+            code = cell.cell_type == "code"
             if whole:
                 hidden.append(src)  # a whole-cell answer: a mark scheme
             for region in hidden:
                 lines.update(ln for ln in _norm(region) if len(ln) >= min_len)
             for region in _SOLUTION.findall(src):
-                code = [ln for ln in _norm(region) if not ln.startswith("#")]
-                windows.update(tuple(code[i:i + WINDOW]) for i in range(len(code) - WINDOW + 1))
+                code_lines = [ln for ln in _norm(region) if not ln.startswith("#")]
+                windows.update(tuple(code_lines[i:i + WINDOW]) for i in range(len(code_lines) - WINDOW + 1))
+                if code:
+                    found = _runs(region)
+                    runs |= found[0]
+                    shapes |= found[1]
             if not whole:
-                public.update(_norm(_HIDDEN.sub("", _SOLUTION.sub("", src))))
-    return Secrets(lines - public, windows)
+                given = _HIDDEN.sub("", _SOLUTION.sub("", src))
+                public.update(_norm(given))
+                if code:
+                    public_runs |= _runs(given)[0]
+    return Secrets(lines - public, windows, runs - public_runs, shapes)
+
+
+def _strings(value) -> Iterator[str]:
+    """Every string of a JSON value; a list of strings also as one text (a notebook keeps a
+    multi-line text as a list of lines); a string in base64 also decoded, when that is text."""
+    if isinstance(value, str):
+        yield value
+        if len(value) >= 16 and _BASE64.fullmatch(value.replace("\n", "")):
+            try:
+                yield base64.b64decode(value, validate=False).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                pass
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        if value and all(isinstance(v, str) for v in value) and all(v.endswith("\n") for v in value[:-1]):
+            yield from _strings("".join(value))  # the lines of one text
+        else:
+            if len(value) > 1 and all(isinstance(v, str) for v in value):
+                yield "\n".join(value)  # lines kept without their line breaks
+            for v in value:
+                yield from _strings(v)
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+
+
+def _texts(path: Path, text: str) -> list[str]:
+    """The texts of a file to scan: the file itself, and for a notebook or a JSON file every
+    string it holds (sources, outputs, metadata, attachments: all of them alike)."""
+    texts = [text]
+    if path.suffix in (".ipynb", ".json"):
+        try:
+            texts += list(_strings(json.loads(text)))
+        except ValueError:  # not JSON after all
+            pass
+    return texts
 
 
 def _file_lines(path: Path, text: str) -> list[list[str]]:
-    """The file's lines (for a notebook: each cell's), normalised, in runs to scan."""
-    runs = [_norm(text)]
-    if path.suffix == ".ipynb":  # notebook JSON: a line of a cell is a JSON string
-        try:
-            nb = nbformat.reads(text, as_version=4)
-            runs += [_norm(c.source) for c in nb.cells]
-        except Exception:  # noqa: BLE001 - not a notebook after all
-            pass
-    if path.suffix == ".json":  # the self-check specs: visible test code as JSON strings
-        import json
+    """The file's lines (for a notebook or JSON file: each string's), normalised, in runs to scan."""
+    return [_norm(t) for t in _texts(path, text)]
 
-        try:
-            def strings(v):
-                if isinstance(v, str):
-                    yield v
-                elif isinstance(v, dict):
-                    for x in v.values():
-                        yield from strings(x)
-                elif isinstance(v, list):
-                    for x in v:
-                        yield from strings(x)
-            runs += [_norm(x) for x in strings(json.loads(text))]
-        except ValueError:
-            pass
-    return runs
+
+def _near_copies(text: str, found_secrets: Secrets) -> list[str]:
+    """The lines of ``text`` holding a run of tokens of a solution or a hidden test, one entry
+    per stretch of overlapping runs."""
+    if not found_secrets.runs or len(text) < RUN:  # a token is one character or more
+        return []
+    toks = _tokens(text)
+    shape = _shape(toks)
+    hits: list[list[int]] = []
+    for i in range(len(toks.text) - RUN + 1):
+        if tuple(shape[i:i + RUN]) in found_secrets.shapes and _canonical(toks, i) in found_secrets.runs:
+            first, last = toks.line[i], toks.line[i + RUN - 1]
+            if hits and first <= hits[-1][1]:
+                hits[-1][1] = max(hits[-1][1], last)
+            else:
+                hits.append([first, last])
+    lines = text.splitlines()
+    return [" / ".join(_norm("\n".join(lines[a - 1:b]))) for a, b in hits]
 
 
 def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
-    """'file: line' for every secret found in a text file of ``tree``."""
+    """'file: line' for every secret found in a text file of ``tree`` (in a notebook or a JSON
+    file: in any string it holds, metadata and attachments included)."""
     found = []
     for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
         if any(part in (".venv", ".git") for part in path.parts):
@@ -126,13 +258,17 @@ def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        for run in _file_lines(path, text):
+        rel = path.relative_to(tree)
+        for piece in _texts(path, text):
+            run = _norm(piece)
             for line in sorted(found_secrets.lines & set(run)):
-                found.append(f"{path.relative_to(tree)}: {line}")
+                found.append(f"{rel}: {line}")
             code = [ln for ln in run if not ln.startswith("#")]
             for i in range(len(code) - WINDOW + 1):
                 if tuple(code[i:i + WINDOW]) in found_secrets.windows:
-                    found.append(f"{path.relative_to(tree)}: " + " / ".join(code[i:i + WINDOW]))
+                    found.append(f"{rel}: " + " / ".join(code[i:i + WINDOW]))
+            if piece is not text or path.suffix not in (".ipynb", ".json"):  # the raw JSON: its strings are read
+                found += [f"{rel}: {stretch}" for stretch in _near_copies(piece, found_secrets)]
     return sorted(set(found))
 
 
@@ -195,6 +331,85 @@ def theme_files(root: Path, config: dict) -> set[str]:
     return out
 
 
+DATA_MANIFEST = "data/MANIFEST"
+_ARCHIVE_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"7z\xbc\xaf\x27\x1c",
+                  b"\x28\xb5\x2f\xfd", b"Rar!", b"%PDF")
+
+
+def data_manifest(root: Path = ROOT) -> dict[str, str]:
+    """data/MANIFEST: ``<sha256>  <path under data/>`` a line (``sha256sum``'s format; ``#`` starts a
+    comment).  Every file under data/ is listed there, so that publish writes no data file, binary
+    or text, that nobody looked at (a zip of the solutions, say)."""
+    path = root / DATA_MANIFEST
+    out = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                digest, _, name = line.strip().partition(" ")
+                out[name.strip().lstrip("*")] = digest.lower()
+    return out
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def binary(data: bytes) -> str:
+    """Why these bytes are not a text file publish can scan ("" when they are one)."""
+    if data.startswith(_ARCHIVE_MAGIC) or (len(data) > 262 and data[257:262] == b"ustar"):
+        return "an archive or a compressed file"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "a binary file (not UTF-8 text)"
+    if "\x00" in text:
+        return "a binary file (it holds NUL bytes)"
+    return ""
+
+
+def unlisted_data(root: Path = ROOT) -> list[str]:
+    """One line for every file under data/ that data/MANIFEST does not list with its sha256."""
+    listed = data_manifest(root)
+    out, seen = [], set()
+    base = root / "data"
+    for path in sorted(base.rglob("*")) if base.is_dir() else []:
+        rel = path.relative_to(base).as_posix()
+        if _ignored(path.relative_to(root)) or rel == "MANIFEST" or (path.is_dir() and not path.is_symlink()):
+            continue
+        seen.add(rel)
+        if path.is_symlink():
+            out.append(f"data/{rel}: a link; publish copies only files it can read and prove clean")
+        elif rel not in listed:
+            kind = binary(path.read_bytes()) or "a data file"
+            out.append(f"data/{rel}: {kind}, not listed in {DATA_MANIFEST}; list it there with its sha256 "
+                       f"(`cd data && sha256sum {rel} >> MANIFEST`) once you know it holds no solution, or move "
+                       f"it out of data/")
+        elif _sha256(path) != listed[rel]:
+            out.append(f"data/{rel}: its sha256 is {_sha256(path)}, {DATA_MANIFEST} lists {listed[rel]}; check the "
+                       f"file, then update its line")
+    out += [f"{DATA_MANIFEST}: lists {rel}, which is not in data/" for rel in sorted(set(listed) - seen)]
+    return out
+
+
+def unproven_written(tree: Path, root: Path = ROOT) -> list[str]:
+    """One line for every file of the written student course that is not UTF-8 text publish can
+    scan, except the data files data/MANIFEST lists with their sha256."""
+    listed = data_manifest(root)
+    out = []
+    for path in sorted(p for p in Path(tree).rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(tree).as_posix()
+        if path.is_symlink():
+            out.append(f"{rel}: a link")
+            continue
+        data = path.read_bytes()
+        if rel.startswith("data/") and listed.get(rel[len("data/"):]) == hashlib.sha256(data).hexdigest():
+            continue  # listed data, checked byte for byte (and scanned below when it is text)
+        if why := binary(data):
+            out.append(f"{rel}: {why}; publish writes a binary or an archive only under data/, listed in "
+                       f"{DATA_MANIFEST} with its sha256")
+    return out
+
+
 def unproven(root: Path = ROOT, course: Course | None = None) -> list[str]:
     """One line for every file under exercises/ and book/ that publish cannot prove clean."""
     course = course or load(root)
@@ -214,7 +429,7 @@ def unproven(root: Path = ROOT, course: Course | None = None) -> list[str]:
                            f"out of {top}/")
             elif why := _not_clean(path):
                 out.append(f"{name}: {why}")
-    return out
+    return out + unlisted_data(root)
 
 
 def _not_clean(path: Path) -> str:
@@ -431,6 +646,9 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
     with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
         stage = Path(tmp) / "course"
         _write_course(stage, root, course)
+        written = unproven_written(stage, root)
+        if written:
+            raise PublishError(f"cannot prove {len(written)} written file(s) clean:\n" + "\n".join(written[:20]))
         found = leaks(stage, secrets(root))
         if found:
             raise PublishError("the student course would show solutions or hidden tests:\n" + "\n".join(found[:20]))

@@ -6,6 +6,9 @@
 * the book's launch and repository buttons (``_config.yml``) and ``coursekit/_course.py``;
 * the assignment tables of ``README.md`` and ``book/assignments.md`` (Colab badges included),
   between ``<!-- assignments:start -->`` and ``<!-- assignments:end -->``;
+* the README's grading-steps table (points graded automatically and by hand, from the nbgrader
+  metadata of each source notebook), between ``<!-- grading-steps:start -->`` and
+  ``<!-- grading-steps:end -->``;
 * the Colab grading notebook's default course repository (the *instructor* one).
 
 So moving the course to other repositories is one edit of ``course.yml`` and one release.
@@ -17,10 +20,12 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.course.cells import graded_cells
 from autograder.course.model import Course, load
 
 SETUP_MARK = "# Setup: works on Colab, in JupyterLab and offline. Installs only what is missing."
 TABLE_START, TABLE_END = "<!-- assignments:start -->", "<!-- assignments:end -->"
+STEPS_START, STEPS_END = "<!-- grading-steps:start -->", "<!-- grading-steps:end -->"
 
 
 def setup_source(course: Course, assignment: str | None = None) -> str:
@@ -56,6 +61,34 @@ def readme_table(course: Course) -> str:
     return "\n".join(rows)
 
 
+def grading_points(course: Course, assignment: str) -> tuple[float, float]:
+    """(points graded automatically, points graded by hand) of an assignment, from the nbgrader
+    metadata of its source notebook: autograded test cells carry the first; manually graded
+    answers (``grade`` and ``solution``) and task cells the second."""
+    a = course.assignment(assignment)
+    nb = nbformat.read(Path(course.root) / "solutions" / a.id / a.notebook, as_version=4)
+    cells = graded_cells(nb)
+    auto = sum(c.points for c in cells if c.kind == "auto")
+    hand = sum(c.points for c in cells if c.kind == "manual")
+    hand += sum(float(c.metadata["nbgrader"].get("points", 0)) for c in nb.cells
+                if c.metadata.get("nbgrader", {}).get("task") and not c.metadata["nbgrader"].get("grade"))
+    return auto, hand
+
+
+def _points(x: float) -> str:
+    return f"{x:g}"
+
+
+def grading_steps_table(course: Course) -> str:
+    """Which of the instructor's steps each assignment needs: 1 only when nothing is graded by hand."""
+    rows = ["| assignment | points graded automatically | points graded by hand | steps |", "|---|---|---|---|"]
+    for a in course.assignments:
+        auto, hand = grading_points(course, a.id)
+        steps = "1–3 (`grade`, `handgrade`, `export`)" if hand else "1 only (`grade`)"
+        rows.append(f"| `{a.id}` | {_points(auto)} | {_points(hand)} | {steps} |")
+    return "\n".join(rows)
+
+
 def _page_title(root: Path, page: str) -> str:
     path = root / "book" / f"{page}.ipynb"
     if not path.exists():
@@ -78,12 +111,12 @@ def book_table(course: Course) -> str:
     return "\n".join(rows)
 
 
-def _between(text: str, content: str, where: str) -> str:
-    if TABLE_START not in text or TABLE_END not in text:
-        raise ValueError(f"{where}: the markers {TABLE_START} and {TABLE_END} are missing")
-    head, rest = text.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    return f"{head}{TABLE_START}\n{content}\n{TABLE_END}{tail}"
+def _between(text: str, content: str, where: str, start: str = TABLE_START, end: str = TABLE_END) -> str:
+    if start not in text or end not in text:
+        raise ValueError(f"{where}: the markers {start} and {end} are missing")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{content}\n{end}{tail}"
 
 
 def course_module(course: Course) -> str:
@@ -147,7 +180,8 @@ def stamp(root: Path | None = None, course: Course | None = None, write: bool = 
         if _stamp_setup(page, setup_source(course), write):
             changed.append(page)
     t = targets(root)
-    update(t["readme"], _between(t["readme"].read_text(encoding="utf-8"), readme_table(course), "README.md"))
+    readme = _between(t["readme"].read_text(encoding="utf-8"), readme_table(course), "README.md")
+    update(t["readme"], _between(readme, grading_steps_table(course), "README.md", STEPS_START, STEPS_END))
     update(t["book_table"], _between(t["book_table"].read_text(encoding="utf-8"), book_table(course),
                                      "book/assignments.md"))
     update(t["config"], _config_yml(t["config"].read_text(encoding="utf-8"), course))
@@ -176,4 +210,5 @@ if __name__ == "__main__":  # pragma: no cover
     main()
 
 
-__all__ = ["setup_source", "stamp", "check", "readme_table", "book_table", "colab_url", "course_module"]
+__all__ = ["setup_source", "stamp", "check", "readme_table", "book_table", "colab_url", "course_module",
+           "grading_points", "grading_steps_table"]

@@ -1,0 +1,168 @@
+"""Publish proves every file it writes (issue 34, item 10): a solution kept in a notebook's
+metadata or attachments, a lightly reformatted solution, and a binary or an archive (a zip of
+the solutions under data/) are each caught; the course's own data and the book's short common
+lines still publish."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.authoring.publish import PublishError, leaks, publish, secrets
+from conftest import ROOT
+
+SOLUTION_RE = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
+
+
+def _fork(dest: Path) -> Path:
+    """A copy of the files git tracks (and new ones it does not ignore)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def _solution(assignment: str = "attention") -> str:
+    """The longest solution region of an assignment (a whole function body or more)."""
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    regions = [r for c in nb.cells for r in SOLUTION_RE.findall(c.source)]
+    return max(regions, key=len)
+
+
+@pytest.fixture(scope="module")
+def found():
+    return secrets(ROOT)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("proof") / "course"
+    publish(dest, ROOT)
+    return dest
+
+
+def _planted(course: Path, tmp_path: Path) -> Path:
+    planted = tmp_path / "planted"
+    shutil.copytree(course, planted)
+    return planted
+
+
+def test_a_solution_in_metadata_or_attachments_is_caught(course, tmp_path, found):
+    """Cell metadata, notebook metadata (a string or a list of lines) and an attachment (base64)
+    are scanned as a cell's source is."""
+    planted = _planted(course, tmp_path)
+    assert leaks(planted, found) == []
+    solution = _solution()
+    page = planted / "book" / "02_multihead_attention.ipynb"
+    nb = nbformat.read(page, as_version=4)
+    nb.cells[-1].metadata["notes"] = solution
+    nbformat.write(nb, page)
+    nb = nbformat.read(planted / "book" / "03_positional_encoding.ipynb", as_version=4)
+    nb.metadata["draft"] = {"answer": solution.splitlines(keepends=True)}
+    nbformat.write(nb, planted / "book" / "03_positional_encoding.ipynb")
+    nb = nbformat.read(planted / "exercises" / "attention" / "attention.ipynb", as_version=4)
+    md = next(c for c in nb.cells if c.cell_type == "markdown")
+    md.attachments = {"answer.txt": {"text/plain": base64.b64encode(solution.encode()).decode()}}
+    nbformat.write(nb, planted / "exercises" / "attention" / "attention.ipynb")
+    where = {k.split(":")[0] for k in leaks(planted, found)}
+    assert where == {"book/02_multihead_attention.ipynb", "book/03_positional_encoding.ipynb",
+                     "exercises/attention/attention.ipynb"}, where
+
+
+def _reformat(code: str) -> str:
+    """The same code, lightly disguised: comments gone, spaces moved, blank lines added,
+    indentation halved, a local name changed throughout."""
+    out = []
+    for line in code.splitlines():
+        line = re.sub(r"\s+#.*$", "", line)
+        if line.strip().startswith("#") or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        body = re.sub(r"\s*([=+*/,()\[\]])\s*", r"\1", line.strip())
+        out += [" " * (indent // 2) + body, ""]
+    text = "\n".join(out)
+    names = [n for n in re.findall(r"^\s*([a-z_]\w*)\s*=", text, re.M) if n not in ("self",)]
+    for name in names[:1]:
+        text = re.sub(rf"\b{name}\b", f"{name}_renamed", text)
+    return text
+
+
+def test_a_reformatted_solution_is_caught(course, tmp_path, found):
+    planted = _planted(course, tmp_path)
+    for assignment, target in (("attention", "coursekit/notes.py"), ("modern_decoder", "book/notes.md")):
+        disguised = _reformat(_solution(assignment))
+        assert not set(disguised.splitlines()) & set(_solution(assignment).splitlines()) - {""}
+        (planted / target).write_text(disguised + "\n")
+    nb = nbformat.read(planted / "book" / "07_gpt.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(_reformat(_solution("llm_lab"))))
+    nbformat.write(nb, planted / "book" / "07_gpt.ipynb")
+    where = {k.split(":")[0] for k in leaks(planted, found)}
+    assert {"coursekit/notes.py", "book/notes.md", "book/07_gpt.ipynb"} <= where, where
+
+
+def test_short_common_lines_still_publish(course, tmp_path, found):
+    """Single lines a solution shares with the book (``loss.backward()``, a softmax) are no leak."""
+    planted = _planted(course, tmp_path)
+    short = []
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for region in SOLUTION_RE.findall(cell.source):
+                short += [ln.strip() for ln in region.splitlines()
+                          if ln.strip() and not ln.strip().startswith("#") and len(ln.strip()) < 40][:1]
+    assert len(short) > 10
+    page = "\n\n".join(f"Step {i}: you will write\n\n    {line}\n\nand then read on." for i, line in enumerate(short))
+    (planted / "book" / "common.md").write_text(page + "\nloss.backward()\noptimizer.step()\n")
+    assert leaks(planted, found) == []
+
+
+def _zip_of_solutions() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+            z.write(path, path.relative_to(ROOT).as_posix())
+    return buf.getvalue()
+
+
+def test_binary_and_archive_files_publish_only_when_listed_with_their_checksum(tmp_path):
+    fork = _fork(tmp_path / "fork")
+    manifest = (fork / "data" / "MANIFEST").read_text()
+    listed = {line.split(None, 1)[1].strip() for line in manifest.splitlines()
+              if line.strip() and not line.startswith("#")}
+    on_disk = {p.relative_to(fork / "data").as_posix() for p in (fork / "data").rglob("*")
+               if p.is_file() and p.name != "MANIFEST"}
+    assert listed == on_disk and "small_ag_news/train.csv" in listed
+    # a zip of the solutions under data/, unlisted: refused, nothing written
+    (fork / "data" / "solutions.zip").write_bytes(_zip_of_solutions())
+    with pytest.raises(PublishError, match=r"data/solutions\.zip: .*not listed in data/MANIFEST"):
+        publish(tmp_path / "a", fork)
+    assert not (tmp_path / "a").exists()
+    # a binary elsewhere in what publish copies: refused too (only data/ lists files)
+    (fork / "data" / "solutions.zip").unlink()
+    (fork / "coursekit" / "checks" / "extra.gz").write_bytes(b"\x1f\x8b\x08\x00" + _zip_of_solutions())
+    with pytest.raises(PublishError, match=r"coursekit/checks/extra\.gz: .*binary"):
+        publish(tmp_path / "b", fork)
+    (fork / "coursekit" / "checks" / "extra.gz").unlink()
+    # a listed file whose bytes changed since it was listed: refused
+    train = fork / "data" / "small_ag_news" / "train.csv"
+    train.write_text(train.read_text() + "1,\"one more row\"\n")
+    with pytest.raises(PublishError, match=r"data/small_ag_news/train\.csv: .*sha256"):
+        publish(tmp_path / "c", fork)
+    shutil.copy2(ROOT / "data" / "small_ag_news" / "train.csv", train)
+    # a binary listed with its checksum publishes, byte for byte
+    blob = bytes(range(256)) * 4
+    (fork / "data" / "weights.bin").write_bytes(blob)
+    with (fork / "data" / "MANIFEST").open("a") as f:
+        f.write(f"{hashlib.sha256(blob).hexdigest()}  weights.bin\n")
+    publish(tmp_path / "d", fork)
+    assert (tmp_path / "d" / "data" / "weights.bin").read_bytes() == blob
