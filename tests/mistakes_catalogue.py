@@ -721,6 +721,12 @@ MODERN = [
     M("modern_decoder", "Q4", "head_size_from_width", "kv_cache_bytes",
       [(_KV_SUM, "per_position = 2 * shape.n_layer * shape.n_kv_head * (shape.d_model // shape.n_head)")],
       "the head size is taken as d_model // n_head"),
+    M("modern_decoder", "Q4", "query_heads_keys_only", "kv_cache_bytes",  # cancel where n_head = 2 n_kv_head
+      [(_KV_SUM, "per_position = shape.n_layer * shape.n_head * shape.head_size")],
+      "two mistakes: only the keys are counted: the cache holds a key and a value vector (factor 2); "
+      "and n_head is used"),
+    M("modern_decoder", "Q4", "model_width", "kv_cache_bytes",
+      [(_KV_SUM, "per_position = 2 * shape.n_layer * shape.d_model")], "d_model is used (2 * n_layer * d_model"),
     M("modern_decoder", "Q4", "float_result", "kv_cache_bytes",
       [("return per_position * seq_len * batch_size * bytes_per_value",
         "return per_position * seq_len * batch_size * bytes_per_value / 1")], "return a Python int"),
