@@ -659,6 +659,8 @@ _ROPE_THETA = "theta = base ** (-torch.arange(0, hs, 2, device=x.device, dtype=t
 _ROPE_TURN = "x_even * cos - x_odd * sin, x_even * sin + x_odd * cos"
 _GQA_KV = "C, kv = config.d_model, config.n_kv_head * self.head_size"
 _GEN_STEP = "logits, cache = model(nxt, cache)"
+_GQA_P = "P = 0 if past_kv is None else past_kv[0].size(2)"
+_GQA_ROPE_K = "k = apply_rope(k, offset=P)"
 _KV_SUM = "per_position = 2 * shape.n_layer * shape.n_kv_head * shape.head_size"
 
 MODERN = [
@@ -698,7 +700,14 @@ MODERN = [
     M("modern_decoder", "Q2", "mask_aligned_top_left", "grouped_query_attention",
       [(".tril(diagonal=P)", ".tril()")], "aligned at the top left", "warn"),
     M("modern_decoder", "Q2", "cache_not_used", "grouped_query_attention",
-      [("if past_kv is not None:", "if False:")], "the cached keys and values are not used", "warn"),
+      [(_GQA_P, "P = 0"), ("if past_kv is not None:", "if False:")], "the cached keys and values are not used", "warn"),
+    M("modern_decoder", "Q2", "rope_on_values", "grouped_query_attention",
+      [(_GQA_ROPE_K, _GQA_ROPE_K + "\n        v = apply_rope(v, offset=P)")], "apply_rope is applied to the values"),
+    M("modern_decoder", "Q2", "new_keys_offset_zero", "grouped_query_attention",
+      [(_GQA_ROPE_K, "k = apply_rope(k)")], "call apply_rope(..., offset=P)", "warn"),
+    M("modern_decoder", "Q2", "cached_keys_rotated_twice", "grouped_query_attention",
+      [(_GQA_ROPE_K, "pass"), ("S = P + T", "S = P + T\n        k = apply_rope(k)  # every key, the cached ones again")],
+      "the cached keys are turned again", "warn"),
     M("modern_decoder", "Q2", "cache_after_repeat", "grouped_query_attention",
       [("return self.out_proj(y), (k, v)", "return self.out_proj(y), (k_all, v_all)")],
       "before repeating them for the query heads", "warn"),
@@ -721,6 +730,12 @@ MODERN = [
     M("modern_decoder", "Q4", "head_size_from_width", "kv_cache_bytes",
       [(_KV_SUM, "per_position = 2 * shape.n_layer * shape.n_kv_head * (shape.d_model // shape.n_head)")],
       "the head size is taken as d_model // n_head"),
+    M("modern_decoder", "Q4", "query_heads_keys_only", "kv_cache_bytes",  # cancel where n_head = 2 n_kv_head
+      [(_KV_SUM, "per_position = shape.n_layer * shape.n_head * shape.head_size")],
+      "two mistakes: only the keys are counted: the cache holds a key and a value vector (factor 2); "
+      "and n_head is used"),
+    M("modern_decoder", "Q4", "model_width", "kv_cache_bytes",
+      [(_KV_SUM, "per_position = 2 * shape.n_layer * shape.d_model")], "d_model is used (2 * n_layer * d_model"),
     M("modern_decoder", "Q4", "float_result", "kv_cache_bytes",
       [("return per_position * seq_len * batch_size * bytes_per_value",
         "return per_position * seq_len * batch_size * bytes_per_value / 1")], "return a Python int"),

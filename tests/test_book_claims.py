@@ -290,3 +290,77 @@ def test_photo_pairs_and_their_gigabytes_count_the_same_thing():
                r"\{glue:text\}`p09_photo_gb` GB")
     says(text, r"whole \$n \\times n\$ matrix[^.]*\{glue:text\}`p09_photo_matrix` entries\), needs "
                r"\{glue:text\}`p09_photo_matrix_gb` GB")
+
+
+# ------------------------------------------------- 12: two layouts of rotary positions (item 11)
+
+
+def interleaved_reference(x, positions, base=10000.0):
+    """RoPE with pairs (2i, 2i + 1), as Meta's original Llama code computes it: each pair of neighbouring
+    channels read as one complex number and multiplied by exp(i t theta_i)."""
+    hs = x.size(-1)
+    theta = base ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    turn = torch.polar(torch.ones(len(positions), hs // 2, dtype=torch.float64), positions.double()[:, None] * theta)
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], hs // 2, 2).contiguous())
+    return torch.view_as_real(pairs * turn).flatten(-2)
+
+
+def test_both_rotary_layouts_are_taught_and_agree_under_the_permutation():
+    from coursekit.gpt import positions as pos
+
+    nb = page("12_positions.ipynb")
+    text = prose(nb)
+    says(text, r"interleaved pairs")
+    says(text, r"rotate-half")
+    says(text, r"\$2i\$ and \$2i \+ 1\$")
+    says(text, r"channel \$i\$ with channel \$i \+ d_h/2\$")
+    says(text, r"`modern_decoder`, Q1\) asks for interleaved pairs")
+    # where each claim about published code comes from
+    for where in ("`rotate_half`", "`modeling_gpt_neox.py`", "`modeling_llama.py`", "`convert_llama_weights_to_hf.py`",
+                  "`rotate_every_two`", "`modeling_gptj.py`", "`apply_rotary_emb`", "`llama/model.py`"):
+        assert where in text, f"the page does not name {where}"
+
+    # the page's cell: reorder + rotate-half + put back equals RoFormer's block-diagonal matrix
+    glued, _ = run(source(nb, "p12-layouts"), pos=pos)
+    assert glued["p12_layout_diff"] < 1e-6 and glued["p12_layout_unpermuted"] > 1.0
+    assert glued["p12_layout_score_diff"] < 1e-6 * glued["p12_layout_score_size"]
+
+    # the same, checked here: coursekit's rotate-half vs. a complex-number reference of interleaved pairs
+    g = torch.Generator().manual_seed(0)
+    for hs, base, offset in [(8, 10000.0, 0), (64, 10000.0, 3), (32, 500000.0, 100)]:
+        x = torch.randn(2, 3, 5, hs, generator=g)
+        positions = torch.arange(offset, offset + 5)
+        perm = torch.cat([torch.arange(0, hs, 2), torch.arange(1, hs, 2)])
+        via_half = pos.apply_rotary(x[..., perm], positions, base)[..., torch.argsort(perm)]
+        reference = interleaved_reference(x, positions, base)
+        assert float((via_half.double() - reference).abs().max()) < 1e-4
+        assert float((pos.apply_rotary(x, positions, base).double() - reference).abs().max()) > 0.1
+
+        # the assignment's reference answer is the interleaved layout, as the page says
+        ns = {"torch": torch}
+        exec(read_answer("modern_decoder", "apply_rope"), ns)
+        assert float((ns["apply_rope"](x, offset=offset, base=base).double() - reference).abs().max()) < 1e-4
+
+
+def read_answer(name: str, grade_id: str) -> str:
+    nb = nbformat.read(BOOK.parent / "solutions" / name / f"{name}.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return cell.source
+
+
+def test_the_published_code_uses_the_layouts_the_page_names():
+    # the installed transformers: rotate_half cuts the vector in halves, GPT-J's rotate_every_two takes 0::2 and 1::2
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None:
+        pytest.skip("transformers is not installed")
+    models = Path(spec.origin).parent / "models"
+    for module in ("gpt_neox/modeling_gpt_neox.py", "llama/modeling_llama.py", "mistral/modeling_mistral.py",
+                   "qwen2/modeling_qwen2.py"):
+        code = (models / module).read_text()
+        body = code.split("def rotate_half(", 1)[1].split("\ndef ", 1)[0]
+        assert "x.shape[-1] // 2" in body and "torch.cat((-x2, x1)" in body, module
+    code = (models / "gptj" / "modeling_gptj.py").read_text()
+    body = code.split("def rotate_every_two(", 1)[1].split("\ndef ", 1)[0]
+    assert "::2]" in body and "1::2]" in body and "torch.stack((-x2, x1)" in body
