@@ -96,13 +96,13 @@ def exercise_copy(install: CourseInstall, assignment: str, solved: bool) -> tupl
     return handin["text"] + "".join(handin["errors"]), cells
 
 
-def pages_meeting_colab_packages() -> list[str]:
-    """Book pages that import transformers, datasets or peft (directly or through coursekit's
+def pages_meeting_colab_packages(libraries=("transformers", "datasets", "peft"), loaders: bool = True) -> list[str]:
+    """Book pages that import one of ``libraries`` (directly, or with ``loaders`` through coursekit's
     data and model loaders): the pages a clash between Colab's packages can break."""
     out = []
     for page in sorted((ROOT / "book").glob("[0-9]*.ipynb")):
         code = "\n".join(c.source for c in read_nb(page).cells if c.cell_type == "code")
-        if any(f"import {lib}" in code or f"from {lib}" in code for lib in ("transformers", "datasets", "peft")) \
-                or "coursekit.data" in code or "coursekit.models" in code:
+        if any(f"import {lib}" in code or f"from {lib}" in code for lib in libraries) \
+                or (loaders and ("coursekit.data" in code or "coursekit.models" in code)):
             out.append(page.stem)
     return out
