@@ -233,7 +233,39 @@ def pytest_runtest_setup(item):
                     "it runs after the book's pages (tests/conftest.py)", pytrace=False)
 
 
+# ---------------------------------------------------------------- tiers (README: "Test tiers")
+# What each test module needs. `bash scripts/test.sh --fast` runs the `fast` tier alone: no kernel,
+# no sandbox, no book, no model to train, no Colab runtime (minutes at most; see README). A module
+# that is in no list is not fast (tests/test_suite_workers.py asks for every module to be listed).
+TIERS = {
+    "fast": {"test_course.py", "test_layers.py", "test_colab_runtimes.py", "test_docs.py", "test_identity.py",
+             "test_visible_text.py", "test_record_errors.py", "test_book_claims.py", "test_llm_client.py",
+             "test_publish_proof.py", "test_worked_examples.py", "test_suite_workers.py", "test_runtime_clashes.py",
+             "test_data.py"},
+    "sandbox": {"test_sandbox.py", "test_isolation.py", "test_zygote.py", "test_judge.py", "test_fair_time.py",
+                "test_tamper.py", "test_selfcheck.py", "test_handgrade.py",
+                "test_lms.py"},
+    "assignments": {"test_autograde.py", "test_arithmetic_assignments.py", "test_finetune.py", "test_modern_decoder.py",
+                    "test_concepts_lab.py", "test_class_grading.py", "test_class_record.py", "test_release.py",
+                    "test_instructor_notebook.py", "test_llm_backends.py", "test_mistakes.py", "test_offline_model.py",
+                    "test_gpt.py", "test_gpu.py"},
+    "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py"},
+    "scale": {"test_scale.py"},
+    "colab": {"test_colab.py", "test_colab_previous.py", "test_colab_grading.py", "test_compat.py"},
+}
+
+
+def tier_of(nodeid: str) -> str:
+    """The tier of a test: that of its module; the book's pages (nbval) are "book"."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("book/"):
+        return "book"
+    return next((tier for tier, modules in TIERS.items() if Path(path).name in modules), "unlisted")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier_of(item.nodeid)))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike; a plain run keeps file order
         items.sort(key=lambda item: _start_rank(item.nodeid))  # stable: a unit keeps its order
 

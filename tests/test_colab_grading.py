@@ -20,7 +20,7 @@ import zipfile
 
 import pytest
 
-from colab_runtime import grader_python, snapshots
+from colab_runtime import grader_python, runtime_python, snapshots
 from colab_tier import run_cells
 from conftest import ROOT, filled_exercise, read_nb
 
@@ -45,7 +45,10 @@ def graded(request, tmp_path_factory):
     env.update(GRADE_ON_COLAB_ASSIGNMENT=assignment, GRADE_ON_COLAB_ZIP=str(lms_zip),
                GRADE_ON_COLAB_ROSTER=str(roster), GRADE_ON_COLAB_WORK_DIR=str(work),
                GRADE_ON_COLAB_INSTALL="missing", GRADE_ON_COLAB_WORKERS="1",
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", COURSE_DEVICE=env.get("COURSE_DEVICE", "cpu"))
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", COURSE_DEVICE=env.get("COURSE_DEVICE", "cpu"),
+               # Colab's image keeps Jupyter's data files (nbconvert's templates) in /usr/local/share/jupyter,
+               # a system path of every Python there; the rebuilt runtime keeps them in its own prefix
+               JUPYTER_PATH=str(runtime_python(TODAY).parent.parent / "share" / "jupyter"))
     # run where an instructor opens it: in the course checkout, which the notebook finds from its folder
     cells = {c["id"]: c for c in run_cells(grader_python(TODAY), NOTEBOOK, env, scratch=tmp, timeout=3000)}
     out = work / "results" / assignment
@@ -60,7 +63,7 @@ def test_the_notebook_runs_on_colabs_packages(graded):
     """Every cell of the grading notebook runs; the grader reports Colab's own package versions."""
     assignment, cells, _ = graded
     broken = {cid: c["errors"] for cid, c in cells.items() if c["errors"]}
-    assert not broken, f"{assignment}: {broken}"
+    assert not broken, f"{assignment}: {broken}\n" + "\n".join(cells[cid]["text"][-2500:] for cid in broken)
     versions = cells["grader"]["text"]
     for name in ("transformers", "torch"):
         want = TODAY.version(name)

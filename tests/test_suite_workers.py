@@ -44,3 +44,17 @@ def test_a_plain_run_is_not_pinned(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, mask: pytest.fail("pinned outside xdist"))
     conftest._pin_worker()
+
+
+def test_every_test_module_has_a_tier():
+    """A new module is put into a tier of conftest.TIERS, so --fast never grows by accident."""
+    modules = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    listed = set().union(*conftest.TIERS.values())
+    assert modules - listed == set(), "add these modules to a tier in tests/conftest.py: " + \
+        ", ".join(sorted(modules - listed))
+    assert listed - modules == set(), "tests/conftest.py lists modules that do not exist: " + \
+        ", ".join(sorted(listed - modules))
+    tiers_of = [t for t, mods in conftest.TIERS.items() for _ in mods]
+    assert len(tiers_of) == len(listed), "a module is in two tiers"
+    assert conftest.tier_of("book/01_attention_retrieval.ipynb::Cell 0") == "book"
+    assert conftest.tier_of("tests/test_docs.py::test_x") == "fast"
