@@ -192,6 +192,10 @@ def _cmd_history(args) -> int:
         if changes:
             print(f"      {len(changes)} grade{'s' if len(changes) != 1 else ''} changed: "
                   + ", ".join(str(c) for c in changes[:30]) + (", ..." if len(changes) > 30 else ""))
+        elif r.kind == "grade" and any(e.kind == "grade" for e in runs if e.seq < r.seq):
+            same = [e.seq for e in runs if e.seq < r.seq and e.kind == "grade" and r.data.get("fingerprint")
+                    and e.data.get("fingerprint") == r.data["fingerprint"]]
+            print("      no grade changed" + (f": the same files as run {same[-1]} were graded again" if same else ""))
     return 0
 
 

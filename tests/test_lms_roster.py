@@ -169,7 +169,7 @@ def test_an_untouched_notebook_says_no_answer_written():
     assert student_feedback(row, []).startswith("No answer written")
 
 
-def test_grade_with_a_canvas_export_then_the_same_zip_again(tmp_path):
+def test_grade_with_a_canvas_export_then_the_same_zip_again(tmp_path, capsys):
     """One small run end to end (corrupt notebooks: no kernel starts), twice."""
     from autograder.pipeline.run import grade
 
@@ -189,3 +189,7 @@ def test_grade_with_a_canvas_export_then_the_same_zip_again(tmp_path):
     again = grade("attention", z, out_dir=out, grading_dir=tmp_path / "g")
     assert "no grade changed: the same 1 file as run 1 were graded again" in again.table()
     assert list(_rows(out / "canvas.csv")[0])[-1] == "Attention (88101)"   # remembered without --roster
+    from autograder.cli import main
+
+    assert main(["history", "attention", "--grading-dir", str(tmp_path / "g")]) == 0
+    assert "no grade changed: the same files as run 1 were graded again" in capsys.readouterr().out
