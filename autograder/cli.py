@@ -38,7 +38,7 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    from autograder.pipeline.collect import RosterError, collect, summary
+    from autograder.pipeline.collect import RosterError, collect, roster_table, summary
 
     _known([args.assignment])
     source = Path(args.source)
@@ -48,6 +48,8 @@ def _cmd_collect(args) -> int:
         if getattr(args, option) <= 0:
             raise CliError(f"--{option.replace('_', '-')} must be a positive number of MiB")
     try:
+        if args.roster is not None:
+            print(roster_table(args.roster, args.assignment).describe(args.roster))
         entries = collect(args.assignment, source, Path(args.out), args.roster,
                           max_file_bytes=int(args.max_file_mb * (1 << 20)),
                           max_total_bytes=int(args.max_total_mb * (1 << 20)))
@@ -87,7 +89,7 @@ def _cmd_grade(args) -> int:
                        cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                        workers=args.workers, use_sandbox=args.sandbox, memory_mb=args.memory_mb,
                        roster=args.roster, cluster=args.cluster, db_url=args.db_url,
-                       add_students=args.add_students)
+                       add_students=args.add_students, missing=args.missing)
     except (ReleaseError, GradingError) as exc:
         raise CliError(str(exc)) from None
     except StoppedAfterCommit as stop:
@@ -145,11 +147,12 @@ def _cmd_export(args) -> int:
     rel = prepare_release(args.assignment, grading, ROOT)
     out = Path(args.out) if args.out else grading / "reports" / args.assignment
     result = export(args.assignment, grading, out, rel.nb, spec.lms_column, spec.canvas_id,
-                    feedback=not args.no_feedback, root=ROOT)
+                    feedback=not args.no_feedback, root=ROOT, missing=args.missing)
     graded = [r for r in result.rows if r.status == "graded"]
     pending = sum(1 for r in graded if r.pending)
     print(f"{len(result.rows)} students: {len(graded)} graded ({pending} with written answers awaiting a grader), "
-          f"{len(result.rows) - len(graded)} without a graded submission")
+          f"{len(result.rows) - len(graded)} without a graded submission (canvas.csv and moodle.csv give them "
+          + ("0, --missing zero)" if result.missing == "zero" else "an empty cell, --missing blank)"))
     print(f"written: {', '.join(str(p) for p in result.paths.values())}"
           + ("" if args.no_feedback else f", {out / 'feedback'}/<student>.html"))
     return 0
@@ -189,6 +192,10 @@ def _cmd_history(args) -> int:
         if changes:
             print(f"      {len(changes)} grade{'s' if len(changes) != 1 else ''} changed: "
                   + ", ".join(str(c) for c in changes[:30]) + (", ..." if len(changes) > 30 else ""))
+        elif r.kind == "grade" and any(e.kind == "grade" for e in runs if e.seq < r.seq):
+            same = [e.seq for e in runs if e.seq < r.seq and e.kind == "grade" and r.data.get("fingerprint")
+                    and e.data.get("fingerprint") == r.data["fingerprint"]]
+            print("      no grade changed" + (f": the same files as run {same[-1]} were graded again" if same else ""))
     return 0
 
 
@@ -361,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignment")
     p.add_argument("source", help="the LMS zip, or a folder")
     p.add_argument("out", help="folder to write <student id>_<assignment>.ipynb files into")
-    p.add_argument("--roster", type=Path, default=None, help="CSV with student_id,lms_id[,name,email,login,section]")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="CSV with student_id,lms_id[,name,email,login,section], or Canvas's gradebook export, "
+                        "or Moodle's participants or grades export")
     p.add_argument("--max-file-mb", type=_positive(float), default=MAX_FILE_BYTES >> 20,
                    help="largest notebook taken from the zip, in MiB (counted as it inflates)")
     p.add_argument("--max-total-mb", type=_positive(float), default=MAX_TOTAL_BYTES >> 20,
@@ -376,8 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("submissions", help="folder with one .ipynb per student (the student id is the file "
                                        "name), or a Canvas/Moodle zip (then see --roster)")
     p.add_argument("--roster", type=Path, default=None,
-                   help="CSV of the class (student_id, lms_id, ...): every student on it gets a row; kept for "
-                        "later runs (default: the roster given before)")
+                   help="CSV of the class (student_id, lms_id, ...), or Canvas's gradebook export, or Moodle's "
+                        "participants or grades export: every student on it gets a row; kept for later runs "
+                        "(default: the roster given before)")
+    p.add_argument("--missing", choices=["zero", "blank"], default=None, help="what canvas.csv and moodle.csv give a student of the class without a gradable file (no submission, " "or none that could be graded): zero (0) or blank (an empty cell, which the LMS leaves ungraded); " "default: what the last grade run was told, else zero")
     p.add_argument("--add-students", action="store_true",
                    help="add students who are not on the roster (by default their files are reported, not graded)")
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
@@ -415,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     _grading_dir_option(p)
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback pages")
+    p.add_argument("--missing", choices=["zero", "blank"], default=None, help="what canvas.csv and moodle.csv give a student of the class without a gradable file (no submission, " "or none that could be graded): zero (0) or blank (an empty cell, which the LMS leaves ungraded); " "default: what the last grade run was told, else zero")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("history", formatter_class=_Help,

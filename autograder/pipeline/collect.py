@@ -49,6 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
 from autograder.text import csvsafe
+from .lmsroster import RosterTable, name_key, read_table
 from .intake import MAX_NOTEBOOK_BYTES, colliding_names, collision_reason, student_id_from_name
 
 CANVAS_RE = re.compile(r"^(?P<name>[^_]+)_(?P<late>(?i:late)_)?(?P<uid>\d{1,20})_(?P<subid>\d{1,20})_(?P<orig>.+)$")
@@ -112,21 +113,33 @@ class RosterError(ValueError):
 
 
 def roster_rows(path: Path, assignment: str | None = None) -> list[tuple[int, dict]]:
-    """The rows of a roster CSV with their line numbers, every cell in Unicode NFC and the two
-    ids stripped.  RosterError (one line, nothing else read) when the file cannot be read, lacks
-    the columns, has a student id that cannot be a file name (``<student id>_<assignment>.ipynb``
-    must read back as the same id), or names a student id or an LMS id twice (two rows of one id
-    would merge two students into one, or split one)."""
+    """The rows of a roster CSV with their line numbers (``roster_table``)."""
+    return roster_table(path, assignment).rows
+
+
+def roster_table(path: Path, assignment: str | None = None) -> RosterTable:
+    """The rows of a roster file with their line numbers, every cell in Unicode NFC and the two
+    ids stripped: the course's roster CSV, or Canvas's gradebook export, or Moodle's participants
+    or grades export, told apart by the header (``lmsroster``).  RosterError (one line, nothing
+    else read) when the file cannot be read, is of no known format, has a student id that cannot
+    be a file name (``<student id>_<assignment>.ipynb`` must read back as the same id), or names a
+    student id or an LMS id twice (two rows of one id would merge two students into one, or split
+    one)."""
     path = Path(path)
     try:
         rows = csvsafe.read(path)
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            header = next(csv.reader(fh), [])
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
         raise RosterError(f"roster {path}: cannot be read ({exc})") from None
-    if not rows or not {"student_id", "lms_id"} <= set(rows[0]):
-        raise RosterError(f"roster {path}: needs the columns student_id and lms_id "
-                          f"(it has: {', '.join(sorted(k for k in rows[0] if k)) if rows else 'no rows'})")
+    table = read_table(rows, header)
+    if not rows or not table.format:
+        raise RosterError(f"roster {path}: needs the columns student_id and lms_id, or to be Canvas's gradebook "
+                          "export (Student, ID, SIS User ID, ...) or Moodle's participants or grades export "
+                          f"(First name, Last name, ID number, ...) (it has: "
+                          f"{', '.join(sorted(k for k in rows[0] if k)) if rows else 'no rows'})")
     out, lines = [], {"student id": {}, "lms id": {}}
-    for line, row in enumerate(rows, start=2):
+    for line, row in table.rows:
         row = {k: _nfc(v) if isinstance(v, str) else "" for k, v in row.items() if k}
         row["student_id"], row["lms_id"] = row.get("student_id", "").strip(), row.get("lms_id", "").strip()
         sid = row["student_id"]
@@ -141,6 +154,21 @@ def roster_rows(path: Path, assignment: str | None = None) -> list[tuple[int, di
                 for what, seen in lines.items() for value, at in seen.items() if len(at) > 1]
     if repeated:
         raise RosterError(f"roster {path}: each student once, please: " + "; ".join(repeated))
+    table.rows = out
+    return table
+
+
+def lms_index(rows) -> dict[str, dict]:
+    """LMS id -> roster row, and for the rows without an LMS id (Moodle's exports) their full
+    name (``name_key``) -> row, a name two students share left out (their folders stay unmatched,
+    and say so)."""
+    rows = list(rows)
+    out = {r["lms_id"].strip(): r for r in rows if (r.get("lms_id") or "").strip()}
+    names: dict[str, list] = {}
+    for r in rows:
+        if not (r.get("lms_id") or "").strip() and (r.get("name") or "").strip():
+            names.setdefault(name_key(r["name"]), []).append(r)
+    out.update({k: v[0] for k, v in names.items() if len(v) == 1})
     return out
 
 
@@ -149,7 +177,7 @@ def read_roster(path: Path | None, assignment: str | None = None) -> dict[str, d
     used)."""
     if path is None:
         return {}
-    return {r["lms_id"]: r for _, r in roster_rows(path, assignment) if r["lms_id"]}
+    return lms_index(r for _, r in roster_rows(path, assignment))
 
 
 def usable_id(sid: str, assignment: str) -> bool:
@@ -364,6 +392,8 @@ def _judge(e: Entry, item: _Item, assignment: str, by_lms: dict, max_file: int) 
     notebook = bool(parts) and parts[-1].lower().endswith(".ipynb")
     if e.lms_id:
         row = by_lms.get(e.lms_id)
+        if row is None and e.lms == "moodle":  # Moodle's exports carry no participant id: the full name
+            row = by_lms.get(name_key(e.name))
         if row is not None or not by_lms:
             e.student_id = (row or {}).get("student_id", "").strip() or f"{e.lms}{e.lms_id}"
     elif notebook and item.kind == "file" and not _unsafe(item.name):

@@ -44,6 +44,10 @@ class Report:
     absent: list[Result] = field(default_factory=list)   # students of the roster with no grade, not in this run
     run_id: str = ""                                     # the run in the history (python -m autograder history)
     changes: list = field(default_factory=list)          # grades it changed (records.classrecord.Change)
+    graded_before: bool = False                          # an earlier run graded this assignment
+    same_as: int | None = None                           # the earlier run that graded the very same files
+    missing: str = "zero"                                # what the LMS files give a student without a grade
+    missing_students: list = field(default_factory=list)  # students of the class without a gradable file
 
     def by_student(self) -> dict[str, Result]:
         return {r.student_id: r for r in self.results}
@@ -69,6 +73,16 @@ class Report:
             lines.append(f"{len(changed)} grade{'s' if len(changed) != 1 else ''} changed: "
                          + ", ".join(str(c) for c in changed[:20]) + (", ..." if len(changed) > 20 else "")
                          + f" (to take this run back: python -m autograder undo {self.assignment})")
+        elif self.graded_before and not self.changes:
+            lines.append(f"no grade changed: the same {_count(len(self.results), 'file')} as run {self.same_as} "
+                         "were graded again, with the same results" if self.same_as is not None else
+                         "no grade changed: every student's grade is what it was before this run")
+        if self.missing_students:
+            n = len(self.missing_students)
+            lines.append(f"{_count(n, 'student')} of the class without a gradable file: canvas.csv and moodle.csv "
+                         + ("give them 0 (--missing zero; --missing blank leaves the cell empty)"
+                            if self.missing == "zero" else
+                            "leave their grade empty (--missing blank; --missing zero gives them 0)"))
         return visible("\n".join(w for w in self.warnings) + ("\n" if self.warnings else "") +
                        "\n".join(line.rstrip() for line in lines))
 

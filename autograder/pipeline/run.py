@@ -55,6 +55,8 @@ class Run:
     report: Report
     roster: dict = field(default_factory=dict)     # the class: student id -> roster row
     roster_given: bool = False
+    canvas_column: str | None = None                # the assignment's column in a Canvas gradebook export given
+    missing: str | None = None                      # "zero" or "blank": roster students without a gradable file
     add_students: bool = False
     folder: Path | None = None                      # the run's own folder
     started: float = field(default_factory=time.monotonic)
@@ -69,11 +71,14 @@ class Run:
     added: list = field(default_factory=list)
     run_id: str = ""
     changes: list = field(default_factory=list)
+    fingerprint: str = ""                           # of the files given (stages.fingerprint)
 
     @property
     def by_lms(self) -> dict:
         """LMS id -> roster row, for matching the files of an LMS download."""
-        return {row["lms_id"].strip(): row for row in self.roster.values() if (row.get("lms_id") or "").strip()}
+        from .collect import lms_index
+
+        return lms_index(self.roster.values())
 
     @property
     def collected_folder(self) -> Path | None:
@@ -90,7 +95,8 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
           notebook_timeout: int | None = None, workers: int | None = None,
           use_sandbox: str = "auto", memory_mb: int | None = None,
           roster: Path | None = None, root: Path = ROOT, settings: GradingSettings | None = None,
-          cluster: str | None = None, db_url: str | None = None, add_students: bool = False) -> Report:
+          cluster: str | None = None, db_url: str | None = None, add_students: bool = False,
+          missing: str | None = None) -> Report:
     """Autograde every file in ``submissions`` (a folder, or a Canvas/Moodle zip) into the class
     record and write grades, feedback and plots.  Raises GradingError (one line; nothing of the
     record changed) when the run cannot grade: an unknown assignment, the wrong zip, a broken
@@ -98,6 +104,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     run = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
                    settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
                                     sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
+    run.missing = missing
     try:
         value = run.source
         try:
@@ -136,13 +143,22 @@ def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, ro
         gradebook.check_reachable(url)
     except gradebook.GradebookUnreachable as exc:
         raise GradingError(str(exc)) from None
-    given = read_roster_file(roster, assignment) if roster is not None else None
+    given, table = read_roster_file(roster, assignment, with_table=True) if roster is not None else (None, None)
     paths.record_url(db_url)
     out = Path(out_dir).resolve() if out_dir else paths.reports(assignment)
     report = Report(assignment, csv_path=out / "grades.csv", feedback_dir=out / "feedback", out_dir=out)
+    canvas_column = None
+    if table is not None:
+        report.warnings.append(table.describe(roster))
+        canvas_column = table.column_for(spec.title, spec.lms_name, spec.canvas_id, assignment)
+        if table.format == "canvas":
+            report.warnings.append(f"canvas.csv column: {canvas_column!r}, as in the export" if canvas_column else
+                                   f"canvas.csv column: no column of the export is {spec.lms_column!r} (or canvas_id "
+                                   f"{spec.canvas_id}); canvas.csv names it {spec.lms_column!r} (set canvas_id or "
+                                   "lms_name of the assignment in course.yml)")
     run = Run(assignment, source, course, spec, settings, paths, url, report,
               roster=given if given is not None else classrecord.read_roster(url), roster_given=given is not None,
-              add_students=add_students)
+              add_students=add_students, canvas_column=canvas_column)
     paths.runs.mkdir(parents=True, exist_ok=True)
     _remove_stale_runs(paths.runs)
     run.folder = paths.runs / uuid.uuid4().hex[:12]
@@ -165,16 +181,18 @@ def _remove_stale_runs(runs: Path) -> None:
             continue
 
 
-def read_roster_file(path: Path, assignment: str) -> dict:
-    """student id -> row of a roster CSV (columns student_id and lms_id; optional name, email,
-    login, section); one line (GradingError) for a file that is missing or malformed."""
-    from .collect import RosterError, roster_rows
+def read_roster_file(path: Path, assignment: str, with_table: bool = False):
+    """student id -> row of a roster file (the course's roster CSV, or Canvas's or Moodle's export:
+    ``collect.roster_table``); one line (GradingError) for a file that is missing or malformed.
+    With ``with_table``: (that dict, the RosterTable)."""
+    from .collect import RosterError, roster_table
 
     path = Path(path)
     if not path.is_file():
         raise GradingError(f"no such roster file: {path}")
     try:
-        rows = roster_rows(path, assignment)  # a repeated student id or LMS id: refused here
+        table = roster_table(path, assignment)  # a repeated student id or LMS id: refused here
     except RosterError as exc:
         raise GradingError(str(exc)) from None
-    return {row["student_id"]: row for _, row in rows if row["student_id"]}
+    rows = {row["student_id"]: row for _, row in table.rows if row["student_id"]}
+    return (rows, table) if with_table else rows

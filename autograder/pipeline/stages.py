@@ -174,6 +174,8 @@ def read(run, collected: Collected) -> list[Submission]:
         subs.append(sub)
         try:
             nb, notes = read_submission(path)
+            if untouched(nb, rel.nb):
+                sub.remarks.append(NO_ANSWER)
             sub.grade_ids = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
                              if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade_id")}
             notes += repair(nb, rel.nb)
@@ -183,6 +185,7 @@ def read(run, collected: Collected) -> list[Submission]:
             sub.error = str(exc)
         except Exception as exc:  # noqa: BLE001 - one file never stops the class
             sub.error = f"could not read {path.name}: {type(exc).__name__}: {exc}"[:300]
+    run.fingerprint = fingerprint(collected)
     for e in (e for e in collected.entries if not e.target):
         if e.student_id in seen:  # e.g. an older Canvas file beside the one graded
             seen[e.student_id].remarks.append(f"{Path(e.source).name}: {e.status}")
@@ -190,6 +193,40 @@ def read(run, collected: Collected) -> list[Submission]:
         subs.append(Submission(e.student_id or f"? ({e.source})", Path(e.source).name, error=e.status,
                                late=e.late, source=e.source, lms={"lms_id": e.lms_id, "name": e.name}))
     return subs
+
+
+NO_ANSWER = "no answer written: every answer cell is still as it was released"
+
+
+def _answers(nb) -> dict[str, str]:
+    return {c.metadata["nbgrader"]["grade_id"]: "\n".join(line.rstrip() for line in c.source.strip().splitlines())
+            for c in nb.cells if isinstance(c.metadata.get("nbgrader"), dict)
+            and c.metadata["nbgrader"].get("solution") and c.metadata["nbgrader"].get("grade_id")}
+
+
+def untouched(nb, released) -> bool:
+    """True when every answer cell of ``nb`` is still the released stub (``# YOUR CODE HERE``,
+    ``YOUR ANSWER HERE``): the student handed in the notebook as they got it.  Its grade (0, or
+    what tests that need no answer give) is then no answer, not a wrong one."""
+    stubs = _answers(released)
+    if not stubs:
+        return False
+    mine = _answers(nb)
+    return all(mine.get(gid, text) == text for gid, text in stubs.items())
+
+
+def fingerprint(collected: Collected) -> str:
+    """One hash of the files a run was given (each notebook's bytes, and what became of every other
+    entry): two runs of the same zip or folder have the same."""
+    h = hashlib.sha256()
+    for e in sorted(collected.entries, key=lambda e: (e.source, e.target)):
+        h.update(f"{e.source}\0{e.target}\0{'' if e.target else e.status}\0".encode("utf-8", "surrogatepass"))
+        if e.target:
+            try:
+                h.update(hashlib.sha256((collected.folder / e.target).read_bytes()).digest())
+            except OSError:
+                h.update(b"unreadable")
+    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- 3. screen
@@ -279,6 +316,15 @@ def commit(run, outcomes: dict) -> dict:
     and feedback pages move into place, the ones they replace into the history's archive."""
     change = classrecord.Commit(run.assignment, kind="grade", data={
         "source": str(run.source), "files": [s.file for s in run.subs], "settings": run.settings_summary()})
+    if run.fingerprint:
+        change.data["fingerprint"] = run.fingerprint
+        before = [r for r in classrecord.history(run.url, run.assignment) if r.kind == "grade"]
+        same = [r for r in before if not r.data.get("undone_by") and r.data.get("fingerprint") == run.fingerprint]
+        run.report.graded_before = bool(before)
+        run.report.same_as = same[-1].seq if same else None
+    exports = {k: v for k, v in (("canvas_column", run.canvas_column), ("missing", run.missing)) if v}
+    if exports:
+        change.data["exports"] = exports
     for sid, out in outcomes.items():
         rows = classrecord.staged_rows(f"sqlite:///{out.gradebook}", run.assignment, [sid]) if out.graded else {}
         change.submissions[sid] = rows.get(sid) if out.graded else None
@@ -349,6 +395,9 @@ def export(run, outcomes: dict) -> Report:
     rel = run.release or run.rel
     result = write_exports(run.assignment, run.paths.root, report.out_dir, rel.nb, run.spec.lms_column,
                            run.spec.canvas_id, pages=True, provenance=run.settings.provenance)
+    report.missing = result.missing
+    report.missing_students = [r.student_id for r in result.rows
+                               if r.status != "graded" and not r.student_id.startswith("?")]
     rows = {row.student_id: row for row in result.rows}
     listed = set()
     for sub in run.subs:

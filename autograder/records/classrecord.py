@@ -318,6 +318,21 @@ def history(url: str, assignment: str) -> list[RunEntry]:
     return _read(url, get, [])
 
 
+def export_settings(url: str, assignment: str) -> dict:
+    """What the grading runs of ``assignment`` said about its exports (``canvas_column``: the
+    column of a Canvas gradebook export; ``missing``: "zero" or "blank"), the latest run not undone
+    winning; empty when none said anything (or there is no record yet)."""
+    out: dict = {}
+    try:
+        runs = history(url, assignment)
+    except Exception:  # noqa: BLE001 - no record yet, or a damaged history: the defaults
+        return out
+    for r in runs:
+        if r.kind == "grade" and not r.data.get("undone_by") and isinstance(r.data.get("exports"), dict):
+            out.update({k: v for k, v in r.data["exports"].items() if isinstance(v, str) and v})
+    return out
+
+
 def _read(url: str, get, empty):
     from .gradebook import sqlite_path
 

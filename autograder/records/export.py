@@ -25,11 +25,24 @@ from autograder.text.htmlsafe import page
 from .classbook import ClassRow, GradedCell, class_rows, graded_cells
 
 
+MISSING = ("zero", "blank")   # what the LMS files give a student without a gradable file
+
+
+def lms_score(result: "ExportResult", r: ClassRow) -> str:
+    """A student's cell in canvas.csv and moodle.csv: the total; empty while written answers await
+    a grader; for a student without a gradable file (no submission, or none that could be graded),
+    0 or empty as ``result.missing`` says."""
+    if r.status == "graded":
+        return "" if r.pending else f"{r.total:g}"
+    return "" if result.missing == "blank" else f"{r.total:g}"
+
+
 @dataclass
 class ExportResult:
     rows: list[ClassRow]
     cells: list[GradedCell]
     paths: dict
+    missing: str = "zero"      # what canvas.csv and moodle.csv give a student without a gradable file
 
     @property
     def max_points(self) -> float:
@@ -74,6 +87,10 @@ def student_feedback(row: ClassRow, cells: list[GradedCell]) -> str:
     if row.status != "graded":
         return (f"Your file could not be graded: {row.reason}. Hand in the .ipynb file you downloaded from "
                 "Colab or Jupyter (File > Download), and ask your instructor if the deadline has passed.")
+    if "no answer written" in (row.notes or ""):
+        return (f"No answer written: every answer cell of your notebook is still as it was released "
+                f"({row.total:g} points). If you did write answers, you may have handed in the wrong file: "
+                "hand in the .ipynb you downloaded after working (File > Download), and ask your instructor.")
     lost = [c for c in cells if c.kind == "auto" and row.cells.get(c.grade_id) is not None
             and (row.cells[c.grade_id].score or 0.0) < c.points]
     parts = [f"{row.auto:g} of {sum(c.points for c in cells if c.kind == 'auto'):g} points from the automatic tests"]
@@ -91,20 +108,33 @@ def student_feedback(row: ClassRow, cells: list[GradedCell]) -> str:
 
 def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_column: str,
            canvas_id: int | None = None, feedback: bool = False, root: Path | None = None,
-           pages: bool = True, provenance: str = "") -> ExportResult:
+           pages: bool = True, provenance: str = "", missing: str | None = None,
+           canvas_column: str | None = None) -> ExportResult:
     """Write every export of ``assignment`` from the class record in ``grading`` into ``out_dir``:
     the CSV files, the plots and (``pages``) a feedback page for every student of the class;
     ``feedback`` first renders the graded students' pages again from the gradebook (after hand
-    grading)."""
+    grading).  ``missing`` ("zero" or "blank"): what canvas.csv and moodle.csv give a student of the
+    class without a gradable file; ``canvas_column``: canvas.csv's grade column, as a Canvas
+    gradebook export names it.  Either, when not given, is what the last grading run was told
+    (``grade --missing``, ``grade --roster <Canvas export>``), else "zero" and the name of
+    course.yml."""
+    from .classrecord import export_settings
+    from .gradebook import db_url
+
     grading, out_dir = Path(grading), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    saved = export_settings(db_url(grading), assignment)
+    missing = missing or saved.get("missing") or "zero"
+    if missing not in MISSING:
+        raise ValueError(f"missing must be one of {', '.join(MISSING)}, not {missing!r}")
+    canvas_column = canvas_column or saved.get("canvas_column")
     cells = graded_cells(released_nb)
     rows = class_rows(grading, assignment, released_nb)
     result = ExportResult(rows, cells, {
         "grades": out_dir / "grades.csv", "canvas": out_dir / "canvas.csv", "moodle": out_dir / "moodle.csv",
-        "histogram": out_dir / "histogram.png", "pass_rates": out_dir / "pass_rates.png"})
+        "histogram": out_dir / "histogram.png", "pass_rates": out_dir / "pass_rates.png"}, missing)
     _grades_csv(result, result.paths["grades"])
-    _canvas_csv(result, result.paths["canvas"], lms_column, canvas_id)
+    _canvas_csv(result, result.paths["canvas"], canvas_column or lms_column, None if canvas_column else canvas_id)
     _moodle_csv(result, result.paths["moodle"], lms_column)
     _plots(result, assignment)
     if feedback:
@@ -182,7 +212,7 @@ def _canvas_csv(result: ExportResult, path: Path, column: str, canvas_id: int | 
         for r in result.rows:
             if r.student_id.startswith("?"):
                 continue  # a file nobody could be matched to: grades.csv lists it, the LMS cannot
-            score = "" if r.status == "graded" and r.pending else f"{r.total:g}"
+            score = lms_score(result, r)
             w.writerow([r.lms.get("name", r.student_id), r.lms.get("lms_id", ""), r.student_id,
                         r.lms.get("login", ""), r.lms.get("section", ""), score])
 
@@ -196,7 +226,7 @@ def _moodle_csv(result: ExportResult, path: Path, column: str) -> None:
         for r in result.rows:
             if r.student_id.startswith("?"):
                 continue
-            score = "" if r.status == "graded" and r.pending else f"{r.total:g}"
+            score = lms_score(result, r)
             w.writerow([r.student_id, r.lms.get("email", ""), r.lms.get("name", ""), score,
                         student_feedback(r, result.cells)])
 
