@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import SOURCE_DIR
-from autograder.authoring.release import release
+from autograder.authoring.release import release, write_atomic
 from autograder.course.errors import GradingError
 from autograder.records import classrecord, gradebook
 
@@ -72,7 +72,7 @@ def prepare_release(assignment: str, grading: Path, root: Path) -> Release:
             and (grading / "release" / assignment / nb_name).exists()):
         release([assignment], out_dir=grading / "release", grading_dir=grading, root=root,
                 checks_dir=grading / "release" / ".checks")
-        stamp.write_text(sources)
+        write_atomic(stamp, sources)
     released = nbformat.read(grading / "release" / assignment / nb_name, as_version=4)
     max_points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in released.cells
                            if c.metadata.get("nbgrader", {}).get("grade")))
