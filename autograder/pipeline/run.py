@@ -70,6 +70,7 @@ class Run:
     added: list = field(default_factory=list)
     run_id: str = ""
     changes: list = field(default_factory=list)
+    rehand: list = field(default_factory=list)      # [student, grade_id, old points]: hand grades left behind
 
     @property
     def by_lms(self) -> dict:
