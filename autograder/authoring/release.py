@@ -215,6 +215,17 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _remove_leftovers(out_dir: Path, name: str) -> None:
+    """The half-written folders of a release that was killed (its process is gone)."""
+    for folder in list(out_dir.glob(f".{name}.new-*")) + list(out_dir.glob(f".{name}.old-*")):
+        try:
+            os.kill(int(folder.name.rsplit("-", 2)[-2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
 def swap_into_place(fresh: Path, target: Path) -> None:
     """The folder ``fresh`` becomes ``target`` by a rename; the old ``target`` is removed after.
     On Linux the two trade places in one step (renameat2 RENAME_EXCHANGE), so a reader never
@@ -283,6 +294,7 @@ def release(names: list[str] | None = None, out_dir: Path | None = None,
             # written whole beside its place, then renamed into it: a reader never sees half of it
             fresh = out_dir / f".{name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             out_dir.mkdir(parents=True, exist_ok=True)
+            _remove_leftovers(out_dir, name)
             shutil.copytree(stage / name, fresh)
             for nb_path in sorted(fresh.glob("*.ipynb")):
                 normalize_notebook(nb_path)
