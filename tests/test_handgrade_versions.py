@@ -105,7 +105,12 @@ def test_a_second_tab_never_overwrites_newer_points(aether):
 
 
 def test_a_changed_written_answer_awaits_a_grader_again(aether, capsys):
+    from autograder.records.handgrade import HandGrading
+
     server, grading, out = aether["server"], aether["grading"], aether["out"]
+    hg = HandGrading("project_aether", grading, ROOT)  # the hand grades of the test above, whatever it did
+    assert hg.save("q1_answer", {"s1": ("2", "both parts")}) == []
+    assert hg.save("q3_answer", {"s1": ("3.5", "good on q3")}) == []
     stale = Tab(server)
     stale_form = stale.load("q1_answer")  # loaded before the regrade, saved after it
     assert stale_form["points__s1"] == "2"

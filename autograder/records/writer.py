@@ -8,8 +8,8 @@ command line exits with status 2) or, asked to (``--wait``), says once that it w
 
 The lock is released when its process ends, however it ends, on SQLite and PostgreSQL alike:
 
-* SQLite: an exclusive ``flock`` on a file beside the gradebook
-  (``.gradebook.db.<assignment>.lock``), which the kernel releases when the process dies.  The
+* SQLite: an exclusive ``flock`` on a file in the scratch folder beside the gradebook
+  (``runs/.gradebook.db.<assignment>.lock``), which the kernel releases when the process dies.  The
   file holds who took it (pid, host, command, since when) and is removed when the lock is given
   back; a file left behind by a killed process is taken over with a line saying so.
 * PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) on a connection held open for
@@ -130,7 +130,8 @@ def holder(url: str, assignment: str) -> dict | None:
 class _FileLock:
     def __init__(self, url: str, assignment: str):
         db = sqlite_path(url)
-        self.path = db.parent / f".{db.name}.{re.sub(r'[^A-Za-z0-9_.-]', '_', assignment)}.lock"
+        # in runs/ (scratch, never part of the record) beside the gradebook
+        self.path = db.parent / "runs" / f".{db.name}.{re.sub(r'[^A-Za-z0-9_.-]', '_', assignment)}.lock"
         self.fd: int | None = None
 
     def try_take(self, me: dict, say) -> dict | None:
