@@ -89,7 +89,7 @@ def _cmd_grade(args) -> int:
                        cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                        workers=args.workers, use_sandbox=args.sandbox, memory_mb=args.memory_mb,
                        roster=args.roster, cluster=args.cluster, db_url=args.db_url,
-                       add_students=args.add_students, missing=args.missing)
+                       add_students=args.add_students, missing=args.missing, wait=args.wait)
     except (ReleaseError, GradingError) as exc:
         raise CliError(str(exc)) from None
     except StoppedAfterCommit as stop:
@@ -120,6 +120,27 @@ def _cmd_grade(args) -> int:
     return 0
 
 
+class _Writer:
+    """The assignment's writer lock for a command (``autograder.records.writer``): another
+    command holding it is one line and exit status 2, or with --wait a wait."""
+
+    def __init__(self, args, url: str, command: str):
+        self.args, self.url, self.command = args, url, command
+
+    def __enter__(self):
+        from autograder.records.writer import RecordBusy, writing
+
+        self._cm = writing(self.url, self.args.assignment, f"{self.command} {self.args.assignment}",
+                           wait=getattr(self.args, "wait", False))
+        try:
+            return self._cm.__enter__()
+        except RecordBusy as exc:
+            raise CliError(str(exc)) from None
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
 def _reachable_gradebook(grading: Path) -> str:
     """The URL of the folder's gradebook, once a connection to it has worked (else one line)."""
     from autograder.records.gradebook import GradebookUnreachable, check_reachable, db_url
@@ -141,13 +162,15 @@ def _cmd_export(args) -> int:
     from autograder.records.gradebook import has_assignment
 
     grading = _grading_dir(args).resolve()
-    if not has_assignment(_reachable_gradebook(grading), args.assignment):
+    url = _reachable_gradebook(grading)
+    if not has_assignment(url, args.assignment):
         raise CliError(f"nothing graded yet: {args.assignment} is not in the gradebook of {grading}")
     spec = load(ROOT).assignment(args.assignment)
-    rel = prepare_release(args.assignment, grading, ROOT)
-    out = Path(args.out) if args.out else grading / "reports" / args.assignment
-    result = export(args.assignment, grading, out, rel.nb, spec.lms_column, spec.canvas_id,
-                    feedback=not args.no_feedback, root=ROOT, missing=args.missing)
+    with _Writer(args, url, "export"):
+        rel = prepare_release(args.assignment, grading, ROOT)
+        out = Path(args.out) if args.out else grading / "reports" / args.assignment
+        result = export(args.assignment, grading, out, rel.nb, spec.lms_column, spec.canvas_id,
+                        feedback=not args.no_feedback, root=ROOT, missing=args.missing)
     graded = [r for r in result.rows if r.status == "graded"]
     pending = sum(1 for r in graded if r.pending)
     print(f"{len(result.rows)} students: {len(graded)} graded ({pending} with written answers awaiting a grader), "
@@ -217,13 +240,14 @@ def _cmd_undo(args) -> int:
     from autograder.records.files import held_interrupt, restore_files
 
     url = _recorded(args)
-    with held_interrupt():  # the record and the files it names change together
-        try:
-            entry, undone, changes = undo(url, args.assignment, args.run)
-        except RecordError as exc:
-            raise CliError(str(exc)) from None
-        restore_files(_grading_dir(args).resolve(), args.assignment, entry.id, [r.id for r in undone])
-    _rebuild(args)
+    with _Writer(args, url, "undo"):
+        with held_interrupt():  # the record and the files it names change together
+            try:
+                entry, undone, changes = undo(url, args.assignment, args.run)
+            except RecordError as exc:
+                raise CliError(str(exc)) from None
+            restore_files(_grading_dir(args).resolve(), args.assignment, entry.id, [r.id for r in undone])
+        _rebuild(args)
     print(f"undid run(s) {', '.join(str(r.seq) for r in undone)} of {args.assignment}: the class record is as it was "
           f"before run {min(r.seq for r in undone)}; exports rebuilt")
     if changes:
@@ -232,10 +256,15 @@ def _cmd_undo(args) -> int:
 
 
 def _cmd_remove(args) -> int:
+    url = _recorded(args)
+    with _Writer(args, url, "remove"):
+        return _remove(args, url)
+
+
+def _remove(args, url: str) -> int:
     from autograder.records.classrecord import Commit, commit, read_roster, with_submission
     from autograder.records.files import archive_student, held_interrupt
 
-    url = _recorded(args)
     roster = read_roster(url)
     change = Commit(args.assignment, kind="remove", data={"removed": list(args.students)})
     if not args.from_roster:  # nothing to remove is a mistake (a typo in the id?), and no run of the history
@@ -302,6 +331,12 @@ def _cmd_publish(args) -> int:
 
 def _grading_dir_option(p) -> None:
     p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
+
+
+def _wait_option(p) -> None:
+    p.add_argument("--wait", action="store_true",
+                   help="when another command is changing this assignment's class record, wait for it "
+                        "(default: stop with one line naming it, exit status 2)")
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -409,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"seconds per cell (default: {limits('cell_timeout')})")
     p.add_argument("--notebook-timeout", type=_positive(int), default=None,
                    help=f"seconds per notebook (default: {limits('notebook_timeout')})")
+    _wait_option(p)
     p.set_defaults(func=_cmd_grade)
 
     p = sub.add_parser("handgrade", formatter_class=_Help,
@@ -427,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback pages")
     p.add_argument("--missing", choices=["zero", "blank"], default=None, help="what canvas.csv and moodle.csv give a student of the class without a gradable file (no submission, " "or none that could be graded): zero (0) or blank (an empty cell, which the LMS leaves ungraded); " "default: what the last grade run was told, else zero")
+    _wait_option(p)
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("history", formatter_class=_Help,
@@ -443,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignment")
     p.add_argument("run", nargs="?", default=None, help="a run's number or id, as history lists it")
     _grading_dir_option(p)
+    _wait_option(p)
     p.set_defaults(func=_cmd_undo)
 
     p = sub.add_parser("remove", formatter_class=_Help,
@@ -452,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("students", nargs="+", help="student ids")
     p.add_argument("--from-roster", action="store_true", help="remove the students from the class roster too")
     _grading_dir_option(p)
+    _wait_option(p)
     p.set_defaults(func=_cmd_remove)
 
     p = sub.add_parser("publish", formatter_class=_Help,

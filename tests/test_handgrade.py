@@ -206,3 +206,41 @@ def test_a_second_handgrade_on_a_busy_port_is_one_line(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}") and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_twenty_connections_at_once_are_all_answered():
+    """A class's worth of connections arriving together (issue 34.3: 7 of 20 were reset by a
+    listen queue of 5): each one is queued while the server is busy, and each gets its answer."""
+    srv = make_server(FakeHandGrading(), port=0)
+    port = srv.server_address[1]
+    try:
+        # the server not yet accepting: every connection must wait in its listen queue
+        socks = []
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port), timeout=1.5)
+            socks.append(s)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        for s in socks:
+            s.sendall(f"GET /cell/q1_answer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+        for s in socks:
+            s.settimeout(5)
+            assert s.recv(64).startswith(b"HTTP/1.0 403"), "no answer"  # no secret: refused, but answered
+            s.close()
+        # and twenty at once, all with the secret, while the server runs
+        cookie = _login(port, srv.secret)
+        barrier, answers = threading.Barrier(20), []
+
+        def one():
+            barrier.wait()
+            reply, text = _request(port, "GET", "/cell/q1_answer", headers=cookie)
+            answers.append((reply.status, "Because." in text))
+
+        threads = [threading.Thread(target=one) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert answers == [(200, True)] * 20
+    finally:
+        srv.shutdown()
+        srv.server_close()

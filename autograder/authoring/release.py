@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -206,6 +208,55 @@ def nbgrader(args: list[str], root: Path = ROOT, grading_dir: Path | None = None
     return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` by a rename: a reader sees the old file or the new one, whole."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _remove_leftovers(out_dir: Path, name: str) -> None:
+    """The half-written folders of a release that was killed (its process is gone)."""
+    for folder in list(out_dir.glob(f".{name}.new-*")) + list(out_dir.glob(f".{name}.old-*")):
+        try:
+            os.kill(int(folder.name.rsplit("-", 2)[-2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def swap_into_place(fresh: Path, target: Path) -> None:
+    """The folder ``fresh`` becomes ``target`` by a rename; the old ``target`` is removed after.
+    On Linux the two trade places in one step (renameat2 RENAME_EXCHANGE), so a reader never
+    finds ``target`` missing; elsewhere the old one is renamed away first (an instant without it)."""
+    if not target.exists():
+        os.rename(fresh, target)
+        return
+    if not _exchange(fresh, target):
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        os.rename(target, old)
+        os.rename(fresh, target)
+        fresh = old
+    shutil.rmtree(fresh, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 with RENAME_EXCHANGE); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def release(names: list[str] | None = None, out_dir: Path | None = None,
             grading_dir: Path | None = None, root: Path = ROOT,
             checks_dir: Path | None = None) -> list[Path]:
@@ -240,15 +291,19 @@ def release(names: list[str] | None = None, out_dir: Path | None = None,
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
                 raise ReleaseError(f"nbgrader generate_assignment {name} failed:\n" + "\n".join(tail))
             target = out_dir / name
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(stage / name, target)
-            nb_paths = sorted(target.glob("*.ipynb"))
-            for nb_path in nb_paths:
+            # written whole beside its place, then renamed into it: a reader never sees half of it
+            fresh = out_dir / f".{name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            out_dir.mkdir(parents=True, exist_ok=True)
+            _remove_leftovers(out_dir, name)
+            shutil.copytree(stage / name, fresh)
+            for nb_path in sorted(fresh.glob("*.ipynb")):
                 normalize_notebook(nb_path)
-                written.append(nb_path)
+            swap_into_place(fresh, target)
+            nb_paths = sorted(target.glob("*.ipynb"))
+            written += nb_paths
             spec = checks_spec(nbformat.read(nb_paths[0], as_version=4), name, nb_paths[0].name)
             Path(checks_dir).mkdir(parents=True, exist_ok=True)
             spec_path = Path(checks_dir) / f"{name}.json"
-            spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
+            write_atomic(spec_path, json.dumps(spec, indent=1, sort_keys=True) + "\n")
             written.append(spec_path)
     return written

@@ -42,3 +42,32 @@ def graded_cells(released_nb) -> list[GradedCell]:
                 question = m.group(1).upper()
         out.append(GradedCell(meta["grade_id"], question or "?", kind, float(meta.get("points", 0)), label.strip()))
     return out
+
+
+def normalised_answer(text: str) -> str:
+    """A student's answer as compared between submissions: NFC, Unix line ends, no trailing
+    spaces on a line, no blank lines around it (what a person grading it would not see)."""
+    import unicodedata
+
+    lines = unicodedata.normalize("NFC", text or "").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+def answer_version(text: str) -> str:
+    """The version of an answer: a checksum of its normalised text (12 hex digits)."""
+    import hashlib
+
+    return hashlib.sha256(normalised_answer(text).encode("utf-8")).hexdigest()[:12]
+
+
+def answers_in(path, grade_ids) -> dict | None:
+    """grade_id -> the source of that cell in the notebook at ``path`` (None when it cannot be read)."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except (OSError, ValueError, AttributeError):
+        return None
+    wanted = set(grade_ids)
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade_id") in wanted}

@@ -31,6 +31,7 @@ from autograder.course.settings import GradingSettings
 from autograder.isolation.scratch import OWNER, remove_tree
 from autograder.records import classrecord, gradebook
 from autograder.records.files import held_interrupt
+from autograder.records.writer import RecordBusy, writing
 
 from . import stages
 from .intake import student_id_from_name
@@ -72,6 +73,7 @@ class Run:
     run_id: str = ""
     changes: list = field(default_factory=list)
     fingerprint: str = ""                           # of the files given (stages.fingerprint)
+    rehand: list = field(default_factory=list)      # [student, grade_id, old points]: hand grades left behind
 
     @property
     def by_lms(self) -> dict:
@@ -96,33 +98,44 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
           use_sandbox: str = "auto", memory_mb: int | None = None,
           roster: Path | None = None, root: Path = ROOT, settings: GradingSettings | None = None,
           cluster: str | None = None, db_url: str | None = None, add_students: bool = False,
-          missing: str | None = None) -> Report:
+          missing: str | None = None, wait: bool = False) -> Report:
     """Autograde every file in ``submissions`` (a folder, or a Canvas/Moodle zip) into the class
     record and write grades, feedback and plots.  Raises GradingError (one line; nothing of the
     record changed) when the run cannot grade: an unknown assignment, the wrong zip, a broken
-    sandbox, an unreachable database."""
+    sandbox, an unreachable database, another command changing the assignment's record (unless
+    ``wait``: then it waits for that one, ``autograder.records.writer``)."""
     run = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
                    settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
                                     sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
     run.missing = missing
     try:
-        value = run.source
         try:
-            for stage in STAGES:
-                # the record's transaction and the files it names move together: a Ctrl-C then
-                # waits until both are done, and stops the run after them
-                with held_interrupt() if stage is stages.commit else contextlib.nullcontext() as held:
-                    value = stage(run, value)
-                if held:
-                    raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            if run.run_id:  # the record holds the run already: say so, not "nothing reached it"
-                raise StoppedAfterCommit(assignment, run.run_id) from None
-            raise
-        return value
+            with writing(run.url, assignment, f"grade {assignment}", wait=wait):
+                return _run_stages(run)
+        except RecordBusy as exc:
+            raise GradingError(str(exc)) from None
     finally:
         if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep the run's folder to debug a run
             remove_tree(run.folder)
+
+
+def _run_stages(run: Run) -> Report:
+    """Every stage in turn, while this run holds the assignment's writer lock."""
+    assignment = run.assignment
+    value = run.source
+    try:
+        for stage in STAGES:
+            # the record's transaction and the files it names move together: a Ctrl-C then
+            # waits until both are done, and stops the run after them
+            with held_interrupt() if stage is stages.commit else contextlib.nullcontext() as held:
+                value = stage(run, value)
+            if held:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        if run.run_id:  # the record holds the run already: say so, not "nothing reached it"
+            raise StoppedAfterCommit(assignment, run.run_id) from None
+        raise
+    return value
 
 
 def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, roster: Path | None,

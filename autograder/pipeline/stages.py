@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import SOURCE_DIR
-from autograder.authoring.release import release
+from autograder.authoring.release import release, write_atomic
 from autograder.course.errors import GradingError
 from autograder.records import classrecord, gradebook
 
@@ -72,7 +72,7 @@ def prepare_release(assignment: str, grading: Path, root: Path) -> Release:
             and (grading / "release" / assignment / nb_name).exists()):
         release([assignment], out_dir=grading / "release", grading_dir=grading, root=root,
                 checks_dir=grading / "release" / ".checks")
-        stamp.write_text(sources)
+        write_atomic(stamp, sources)
     released = nbformat.read(grading / "release" / assignment / nb_name, as_version=4)
     max_points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in released.cells
                            if c.metadata.get("nbgrader", {}).get("grade")))
@@ -328,6 +328,8 @@ def commit(run, outcomes: dict) -> dict:
     for sid, out in outcomes.items():
         rows = classrecord.staged_rows(f"sqlite:///{out.gradebook}", run.assignment, [sid]) if out.graded else {}
         change.submissions[sid] = rows.get(sid) if out.graded else None
+        if out.graded:
+            change.answers[sid] = _written_answers_changed(run, sid, out)
     for sub in run.subs:
         out = outcomes.get(sub.student_id)
         named = not sub.student_id.startswith("?") and "(duplicate)" not in sub.student_id
@@ -343,9 +345,27 @@ def commit(run, outcomes: dict) -> dict:
             roster[sid] = {"student_id": sid, "added": "yes"}
         change.roster = roster
     run.run_id, run.changes = classrecord.commit(run.url, change)
+    run.rehand = change.rehand
     _move_files(run, outcomes)
     _keep_copies(run)
     return outcomes
+
+
+def _written_answers_changed(run, sid: str, out) -> dict:
+    """grade_id -> whether the student's answer to that hand-graded cell differs (normalised)
+    from the one of their submission in the record (its graded notebook); an earlier notebook
+    that cannot be read counts as changed: no hand grade moves onto an answer nobody saw."""
+    from autograder.course.cells import answers_in, graded_cells, normalised_answer
+
+    rel = run.release or run.rel
+    manual = [c.grade_id for c in graded_cells(rel.nb) if c.kind == "manual"]
+    if not manual:
+        return {}
+    name = run.release.notebook if run.release else f"{run.assignment}.ipynb"
+    old = answers_in(run.paths.step("autograded", sid, run.assignment) / name, manual)
+    new = answers_in(out.autograded, manual) if out.autograded is not None else None
+    return {gid: old is None or new is None
+            or normalised_answer(old.get(gid, "")) != normalised_answer(new.get(gid, "")) for gid in manual}
 
 
 def _move_files(run, outcomes: dict) -> None:
@@ -421,6 +441,10 @@ def export(run, outcomes: dict) -> Report:
                 r.pending = row.pending
                 if row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
                     r.note(row.summary(result.auto_max))
+        for student, gid, points in getattr(run, "rehand", []):
+            if student == sub.student_id:
+                r.flags.append(f"written answer {gid} changed since it was hand-graded ({points:g} points "
+                               "before): awaiting a grader again")
         if r.late:
             r.note("submitted LATE")
         report.results.append(r)

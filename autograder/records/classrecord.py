@@ -202,6 +202,10 @@ class Commit:
     intake: dict = field(default_factory=dict)       # key -> facts about a file (None: forget it)
     roster: dict | None = None                # the whole class (student -> row), when it changes
     data: dict = field(default_factory=dict)  # files, settings, summary: what history shows
+    # student -> {grade_id of a hand-graded cell: True when its answer changed since the record's
+    # submission}: a hand grade stays with an unchanged answer, and leaves a changed one
+    answers: dict = field(default_factory=dict)
+    rehand: list = field(default_factory=list)  # filled by commit: [student, grade_id, old points]
 
 
 def ensure_tables(url: str) -> None:
@@ -234,9 +238,15 @@ def _commit(conn, change: Commit, run_id: str | None = None) -> tuple[str, list[
         snapshot.append(("submission", student, old))
         if aid and old.get("submitted_assignment"):
             _delete_submission(conn, old)
+        again = []
+        if new and old.get("grade") and student in change.answers:
+            again = _carry_hand_grades(conn, old, new, change.answers[student])
+            change.rehand += [[student, gid, points] for gid, points in again]
         if new:
             _insert_submission(conn, new)
         before, after = standing(old), standing(new or {})
+        if again:  # shown even when the total stays (an answer hand-graded 0)
+            after += " (" + ", ".join(f"{gid} answered anew: awaiting a grader" for gid, _ in again) + ")"
         if before != after:
             changes.append(Change(student, before, after))
     for key, facts in sorted(change.intake.items()):
@@ -255,12 +265,47 @@ def _commit(conn, change: Commit, run_id: str | None = None) -> tuple[str, list[
            or 0) + 1
     data = dict(change.data, changes=[[c.student_id, c.old, c.new] for c in changes],
                 students=sorted(change.submissions))
+    if change.rehand:
+        data["rehand"] = change.rehand
     conn.execute(sa.insert(RUNS).values(id=run_id, assignment=change.assignment, seq=seq, kind=change.kind,
                                         at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
                                         data=json.dumps(data, default=str)))
     for part, key, rows in snapshot:
         conn.execute(sa.insert(SNAPSHOTS).values(run_id=run_id, part=part, key=key, data=json.dumps(rows)))
     return run_id, changes
+
+
+def _carry_hand_grades(conn, old: dict, new: dict, changed: dict) -> list[tuple[str, float]]:
+    """A resubmission's rows (``new``, in place) given the hand grades of ``old`` where the
+    hand-graded answer is unchanged, and none where it changed (awaiting a grader again, as
+    nbgrader first left it).  Returns (grade_id, old points) of each hand grade left behind."""
+    cells = _tables()["base_cell"]
+    ids = {g["cell_id"] for g in new.get("grade", [])}
+    names = {r.id: r.name for r in conn.execute(sa.select(cells.c.id, cells.c.name).where(cells.c.id.in_(ids)))}
+    old_grades = {g["cell_id"]: g for g in old.get("grade", [])}
+    old_comments = {c["cell_id"]: c for c in old.get("comment", [])}
+    new_comments = {c["cell_id"]: c for c in new.get("comment", [])}
+    again = []
+    for g in new.get("grade", []):
+        name = names.get(g["cell_id"])
+        before = old_grades.get(g["cell_id"])
+        if name not in changed or before is None:
+            continue
+        comment, old_comment = new_comments.get(g["cell_id"]), old_comments.get(g["cell_id"])
+        if not changed[name]:  # the same answer: the same hand grade
+            for key in ("manual_score", "extra_credit", "needs_manual_grade"):
+                g[key] = before[key]
+            if comment is not None:
+                comment["manual_comment"] = old_comment["manual_comment"] if old_comment else None
+            continue
+        if before["manual_score"] is not None:
+            again.append((name, float(before["manual_score"])))
+        g["manual_score"] = g["extra_credit"] = None
+        if g["auto_score"] is None:  # a written answer (a blank one scored 0 automatically)
+            g["needs_manual_grade"] = True
+        if comment is not None:
+            comment["manual_comment"] = None
+    return again
 
 
 def roster(conn) -> dict:

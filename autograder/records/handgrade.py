@@ -27,6 +27,7 @@ import base64
 import hashlib
 import hmac
 import html
+import json
 import secrets
 import threading
 import urllib.parse
@@ -36,8 +37,16 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.course.cells import answer_version
+
 from .classbook import graded_cells
 from .gradebook import db_url
+
+
+def grade_version(points, comment) -> str:
+    """The version of a hand grade: a checksum of its points and comment (12 hex digits)."""
+    text = f"{'' if points is None else float(points)!r}\x1f{(comment or '').strip()}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 @dataclass
@@ -48,6 +57,9 @@ class Answer:
     answered: bool         # False: the cell is as released (it scored 0 automatically)
     points: float | None   # the manual score in the gradebook, if any
     comment: str
+    answer_version: str = ""   # a checksum of the answer as shown (course.cells.answer_version)
+    grade_version: str = ""    # a checksum of the grade as shown (its points and comment)
+    note: str = ""             # e.g. the answer changed since it was hand-graded
 
 
 @dataclass
@@ -91,6 +103,7 @@ class HandGrading:
             prompt = next((c.source for c in reversed(self.released.cells[:index]) if c.cell_type == "markdown"), "")
             out.append(HandGradedCell(info.grade_id, info.question, info.label, info.points, prompt,
                                       schemes.get(info.grade_id, ""), cell_type=cell.cell_type))
+        again = self._answered_anew()
         with Gradebook(db_url(self.grading)) as gb:
             for sub in gb.assignment_submissions(self.assignment):
                 sid = sub.student.id
@@ -110,23 +123,62 @@ class HandGrading:
                     answered = grade.auto_score is None or grade.manual_score is not None
                     output = "".join(o.get("text", "") for o in (cell.get("outputs", []) if cell else [])
                                      if o.get("output_type") == "stream")
-                    hc.answers.append(Answer(sid, cell.source if cell is not None else "", output[-5000:], answered,
-                                             grade.manual_score, comment.manual_comment or ""))
+                    text = cell.source if cell is not None else ""
+                    before = again.get((sid, hc.grade_id))
+                    note = (f"answered anew since it was hand-graded ({before:g} points before)"
+                            if before is not None and grade.manual_score is None else "")
+                    hc.answers.append(Answer(sid, text, output[-5000:], answered, grade.manual_score,
+                                             comment.manual_comment or "", answer_version(text),
+                                             grade_version(grade.manual_score, comment.manual_comment), note))
         for hc in out:
             hc.answers.sort(key=lambda a: (not a.answered, a.student_id))
         return out
 
-    def save(self, grade_id: str, entries: dict[str, tuple[str, str]]) -> list[str]:
+    def _answered_anew(self) -> dict:
+        """(student, grade_id) -> the points of a hand grade a regrade left behind because the
+        answer changed (the history's latest word on it)."""
+        from .classrecord import RecordError, history
+
+        out: dict = {}
+        try:
+            runs = history(db_url(self.grading), self.assignment)
+        except RecordError:
+            return out
+        for run in runs:
+            if run.data.get("undone_by") or run.kind == "undo":
+                continue
+            for sid in run.data.get("students", []):  # a later run of theirs speaks anew
+                for key in [k for k in out if k[0] == sid]:
+                    del out[key]
+            for sid, gid, points in run.data.get("rehand", []):
+                out[(sid, gid)] = float(points)
+        return out
+
+    def save(self, grade_id: str, entries: dict[str, tuple[str, str]], versions: dict | None = None) -> list[str]:
         """Write points and comments (student id -> (points text, comment)); blank points leave
-        a grade as it is.  Returns one line per problem (nothing is written for that student);
-        ``self.scored`` then holds the students whose points were written."""
+        a grade as it is.  ``versions`` (student id -> (answer version, grade version, points
+        and comment as the page showed them), from the page's form): an entry left as shown
+        is not written, and one whose answer or grade changed since the page was made is
+        refused (a regrade's new answer, another grader's newer points).  Returns one line per
+        problem (nothing is written for that student); ``self.scored`` then holds the students
+        whose points were written.  Saving holds the assignment's writer lock; while another
+        command holds it nothing is saved (one line naming it)."""
+        from .writer import RecordBusy, writing
+
+        self.scored: list[str] = []
+        try:
+            with writing(db_url(self.grading), self.assignment, f"handgrade save {self.assignment}"):
+                return self._save(grade_id, entries, versions or {})
+        except RecordBusy as exc:
+            return [f"nothing saved: {exc}".replace("or with --wait to wait for it", "then save again")]
+
+    def _save(self, grade_id: str, entries: dict, versions: dict) -> list[str]:
         from nbgrader.api import Gradebook, MissingEntry
 
         info = {c.grade_id: c for c in graded_cells(self.released) if c.kind == "manual"}.get(grade_id)
         if info is None:
             return [f"{grade_id} is not a hand-graded cell of {self.assignment}"]
         problems: list[str] = []
-        self.scored: list[str] = []
         with Gradebook(db_url(self.grading)) as gb:
             for sid, (points, text) in entries.items():
                 try:
@@ -135,6 +187,24 @@ class HandGrading:
                 except MissingEntry:
                     problems.append(f"{sid}: no such submission")
                     continue
+                if sid in versions:
+                    answer_v, grade_v, shown_points, shown_comment = versions[sid]
+                    if (points.strip(), text.strip()) == (shown_points.strip(), shown_comment.strip()):
+                        continue  # left as the page showed it: nothing to write
+                    yours = f"your {points.strip() or 'comment'}"
+                    now_answer = self._answer_version(sid, grade_id)
+                    if now_answer != answer_v:
+                        problems.append(f"{sid}: {yours} not saved: the answer changed since this page was loaded "
+                                        f"(a resubmission was graded; answer version {answer_v} on the page, "
+                                        f"{now_answer} now); reload the page and grade the new answer")
+                        continue
+                    now_grade = grade_version(grade.manual_score, comment.manual_comment)
+                    if now_grade != grade_v:
+                        theirs = "no points" if grade.manual_score is None else f"{grade.manual_score:g} points"
+                        problems.append(f"{sid}: {yours} not saved: another grader saved {theirs} since this page "
+                                        f"was loaded (grade version {grade_v} on the page, {now_grade} now); "
+                                        "reload the page to see them")
+                        continue
                 points = points.strip()
                 if points:
                     try:
@@ -151,6 +221,13 @@ class HandGrading:
                 comment.manual_comment = text.strip() or None
             gb.db.commit()
         return problems
+
+    def _answer_version(self, sid: str, grade_id: str) -> str:
+        """The version of ``sid``'s answer to ``grade_id`` as graded now (their graded notebook)."""
+        from autograder.course.cells import answers_in
+
+        found = answers_in(self.grading / "autograded" / sid / self.assignment / self.notebook, [grade_id])
+        return answer_version((found or {}).get(grade_id, ""))
 
 
 # ----------------------------------------------------------------------------- pages
@@ -218,7 +295,8 @@ def cell_page(hg: HandGrading, cell: HandGradedCell, token: str, message: str = 
     for a in cell.answers:
         sid = html.escape(a.student_id)
         state = ("no answer: scored 0" if not a.answered else
-                 f"graded: {a.points:g}" if a.points is not None else "awaiting a grade")
+                 f"graded: {a.points:g}" if a.points is not None else
+                 f"{a.note}: awaiting a grade" if a.note else "awaiting a grade")
         parts.append(
             f"<div class='answer{'' if a.answered else ' blank'}' id='s-{sid}'><b>{sid}</b> "
             f"<span class='{'graded' if a.points is not None or not a.answered else 'todo'}'>({state})</span>"
@@ -226,6 +304,10 @@ def cell_page(hg: HandGrading, cell: HandGradedCell, token: str, message: str = 
                f"<pre>{html.escape(a.text)}</pre></details>" if cell.cell_type == "markdown" else
                f"<pre>{html.escape(a.text)}</pre>")
             + (f"<pre>{html.escape(a.output)}</pre>" if a.output.strip() else "")
+            + (f"<input type='hidden' name='version__{sid}' value='{html.escape(a.answer_version)}."
+               f"{html.escape(a.grade_version)}'><input type='hidden' name='shown__{sid}' value='"
+               f"{html.escape(json.dumps(['' if a.points is None else f'{a.points:g}', a.comment]))}'>"
+               if a.answered and a.answer_version else "")
             + (f"<label>points <input type='number' step='0.5' min='0' max='{cell.max_points:g}' "
                f"name='points__{sid}' value='{'' if a.points is None else f'{a.points:g}'}'></label> "
                f"<label>comment for the student<textarea name='comment__{sid}'>{html.escape(a.comment)}"
@@ -233,6 +315,14 @@ def cell_page(hg: HandGrading, cell: HandGradedCell, token: str, message: str = 
             + "</div>")
     parts.append("<p><button type='submit'>Save all grades on this page</button></p></form>")
     return _page(f"{hg.assignment}: {cell.label}", "".join(parts))
+
+
+class _Server(ThreadingHTTPServer):
+    """One thread per connection, and room for a class's worth of connections arriving at once
+    (the default listen queue of 5 reset the rest)."""
+
+    request_queue_size = 128
+    daemon_threads = True
 
 
 def make_server(hg: HandGrading, port: int = 8765, host: str = "127.0.0.1") -> ThreadingHTTPServer:
@@ -325,20 +415,30 @@ def make_server(hg: HandGrading, port: int = 8765, host: str = "127.0.0.1") -> T
                     or not path.startswith("/cell/"):
                 return refuse(self, 403, "This form is not from this server.")
             gid = urllib.parse.unquote(path[len("/cell/"):])
-            entries = {}
+            entries, versions = {}, {}
             for key, values in form.items():
                 if key.startswith("points__"):
                     sid = key[len("points__"):]
                     entries[sid] = (values[0], (form.get(f"comment__{sid}") or [""])[0])
+                    version, shown = (form.get(f"version__{sid}") or [""])[0], (form.get(f"shown__{sid}") or [""])[0]
+                    if version:  # what the page showed: a save against a changed answer or grade is refused
+                        try:
+                            shown_points, shown_comment = json.loads(shown)
+                        except (ValueError, TypeError):
+                            shown_points, shown_comment = None, None
+                        answer_v, _, grade_v = version.partition(".")
+                        versions[sid] = (answer_v, grade_v, str(shown_points), str(shown_comment)) \
+                            if isinstance(shown_points, str) and isinstance(shown_comment, str) else \
+                            (answer_v, grade_v, "\x00", "\x00")
             with lock:
-                problems = hg.save(gid, entries)
+                problems = hg.save(gid, entries, versions=versions) if versions else hg.save(gid, entries)
                 scored = len(hg.scored)
             msg = f"saved points for {scored} answer{'s' if scored != 1 else ''}"
             if problems:
                 msg += "; not saved: " + "; ".join(problems)
             self._send(303, b"", headers={"Location": f"/cell/{urllib.parse.quote(gid)}?msg={urllib.parse.quote(msg)}"})
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = _Server((host, port), Handler)
     port = server.server_address[1]
     hosts.update({f"{host}:{port}"} | ({f"localhost:{port}"} if host == "127.0.0.1" else set()))
     origins.update(f"http://{h}" for h in hosts)

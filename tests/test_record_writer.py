@@ -1,0 +1,143 @@
+"""One writer at a time per assignment (issue 34, item 1).
+
+A second command that would change an assignment's class record while another one does
+refuses with one line naming who holds it (exit status 2), or with --wait waits for it; a lock
+left by a killed process is taken over with a line saying so; on SQLite and PostgreSQL alike.
+Two ``grade`` runs started together on one fresh grading folder (--wait) both end with every
+grade in place, each the student's own.  The 20-repetition stress check of the same:
+``python benchmarks/concurrent_grades.py --repeat 20``.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.cli import main as cli
+from autograder.records import writer
+from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
+from test_scale import postgres  # noqa: F401 - the throwaway PostgreSQL server fixture
+
+HOLD = """
+import sys, time
+from autograder.records.writer import writing
+with writing(sys.argv[1], sys.argv[2], "grade attention"):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[3]))
+"""
+
+
+def _holder(url: str, seconds: float = 60, assignment: str = "attention") -> subprocess.Popen:
+    """A process that takes the writer lock of ``assignment`` and keeps it ``seconds``."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, url, assignment, str(seconds)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'grading' / 'gradebook.db'}"
+    return request.getfixturevalue("postgres")
+
+
+def test_a_second_writer_refuses_naming_the_holder_or_waits(url):
+    proc = _holder(url, seconds=3)
+    try:
+        with pytest.raises(writer.RecordBusy) as busy:
+            with writer.writing(url, "attention", "undo attention"):
+                pass
+        line = str(busy.value)
+        assert "\n" not in line and f"pid {proc.pid}" in line and "grade attention" in line and "--wait" in line
+        with writer.writing(url, "concepts", "grade concepts"):  # another assignment: its own lock
+            pass
+        said: list[str] = []
+        start = time.monotonic()
+        with writer.writing(url, "attention", "undo attention", wait=True, say=said.append):
+            assert proc.wait(timeout=10) == 0  # only once the holder gave it back (and ends)
+            with writer.writing(url, "attention", "export attention"):  # re-entrant in its own thread
+                pass
+        assert time.monotonic() - start > 1 and len(said) == 1 and f"pid {proc.pid}" in said[0]
+        assert writer.holder(url, "attention") is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_lock_of_a_killed_process_is_taken_over_with_a_line(url):
+    proc = _holder(url)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    said: list[str] = []
+    deadline = time.monotonic() + 20
+    while True:  # PostgreSQL notices the dropped connection within moments
+        try:
+            with writer.writing(url, "attention", "grade attention", say=said.append):
+                break
+        except writer.RecordBusy:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    if "sqlite" in url:  # the file of the killed holder says who it was
+        assert len(said) == 1 and "taking over" in said[0] and f"pid {proc.pid}" in said[0]
+
+
+def test_grade_refuses_with_exit_2_while_another_command_writes(tmp_path, capsys):
+    grading = tmp_path / "grading"
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(filled_exercise("attention"), subs / "s1_attention.ipynb")
+    proc = _holder(f"sqlite:///{grading / 'gradebook.db'}")
+    try:
+        assert cli(["grade", "attention", str(subs), "--grading-dir", str(grading)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"pid {proc.pid}" in err and "being changed by another command" in err
+        assert not (grading / "reports").exists() and not (grading / "release").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def two_grades_at_once(tmp: Path, wait: bool = True) -> tuple[dict, list[subprocess.CompletedProcess]]:
+    """Two ``grade`` runs of attention started together on one fresh grading folder, s1 (all
+    right, 30) in one and s2 (the wrong softmax, 24) in the other: grades.csv after both, and
+    how each run ended."""
+    grading = tmp / "grading"
+    batches = []
+    for sid, nb in (("s1", filled_exercise("attention")),
+                    ("s2", set_solution(filled_exercise("attention"), "calculate_multihead_attention",
+                                        WRONG_SOFTMAX))):
+        folder = tmp / f"batch_{sid}"
+        folder.mkdir()
+        nbformat.write(nb, folder / f"{sid}_attention.ipynb")
+        batches.append(folder)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-m", "autograder", "grade", "attention", str(b), "--workers", "1",
+                               "--grading-dir", str(grading), *(["--wait"] if wait else [])], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for b in batches]
+    done = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    grades = grading / "reports" / "attention" / "grades.csv"
+    rows = {}
+    if grades.exists():
+        with open(grades, newline="") as fh:
+            rows = {r["student_id"]: (r["status"], r["total"]) for r in csv.DictReader(fh)}
+    return rows, done
+
+
+@pytest.mark.parametrize("repetition", range(2))
+def test_two_grade_runs_started_together_lose_and_swap_no_grade(tmp_path, repetition):
+    rows, done = two_grades_at_once(tmp_path)
+    for proc in done:
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert rows == {"s1": ("graded", "30"), "s2": ("graded", "24")}
+    assert sum("waiting for grade attention" in p.stderr for p in done) <= 1
