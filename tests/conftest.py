@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import os
 import re
 import subprocess
@@ -188,6 +189,17 @@ def built_book():
     proc = run([str(jb), "build", ".", "--warningiserror", "--keep-going"])
     assert proc.returncode == 0, "book build failed:\n" + (proc.stdout + proc.stderr)[-4000:]
     return ROOT / "_build" / "html"
+
+
+def fork_checkout(dest: Path) -> Path:
+    """A copy of this checkout in ``dest``: the files git tracks, and new ones it does not ignore."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
 
 
 def pytest_configure(config):

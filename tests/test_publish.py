@@ -15,7 +15,7 @@ import pytest
 from autograder.course.model import CourseFileError, load, parse
 from autograder.authoring.publish import PublishError, leaks, publish, secrets
 from autograder.authoring.stamp import check, setup_source
-from conftest import ROOT
+from conftest import ROOT, fork_checkout as _fork
 
 COURSE_FILES = ["course.yml", "README.md", "_config.yml", "_toc.yml", "pyproject.toml", "requirements.txt",
                 "nbgrader_config.py"]
@@ -197,14 +197,7 @@ def test_rehosting_is_one_edit_and_one_release(tmp_path):
     names the new student repository."""
     course = load(ROOT)
     old = [course.student_repo.name, course.instructor_repo.name]
-    copy = tmp_path / "fork"
-    # what a fork holds: the files git tracks (and new ones it does not ignore), nothing local
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
+    copy = _fork(tmp_path / "fork")  # what a fork holds: nothing local
     text = (copy / "course.yml").read_text()
     text = text.replace(f"name: {old[0]},", "name: another-uni/transformers-2027,")
     text = text.replace(f"name: {old[1]},", "name: another-uni/transformers-2027-private,")
@@ -229,17 +222,6 @@ def test_rehosting_is_one_edit_and_one_release(tmp_path):
     readme = (student / "README.md").read_text()
     assert "colab.research.google.com/github/another-uni/transformers-2027/blob/main/exercises/attention" in readme
     assert "another-uni/transformers-2027-private" in (copy / "instructor" / "grade_on_colab.ipynb").read_text()
-
-
-def _fork(dest: Path) -> Path:
-    """A copy of the files git tracks (and new ones it does not ignore)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    return dest
 
 
 def test_publish_refuses_what_it_cannot_prove_clean(tmp_path):

@@ -9,7 +9,6 @@ import hashlib
 import io
 import re
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -17,20 +16,9 @@ import nbformat
 import pytest
 
 from autograder.authoring.publish import PublishError, leaks, publish, secrets
-from conftest import ROOT
+from conftest import ROOT, fork_checkout as _fork
 
 SOLUTION_RE = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
-
-
-def _fork(dest: Path) -> Path:
-    """A copy of the files git tracks (and new ones it does not ignore)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    return dest
 
 
 def _solution(assignment: str = "attention") -> str:
