@@ -846,6 +846,9 @@ class OpenAIModel(LanguageModel):
                    f"(the server lists its models at {self.base_url}/models) and COURSE_LLM_KIND")
         elif isinstance(err, o.APIStatusError) and status is not None and status >= 500:
             msg = f"{self.host} failed (HTTP {status}, a server error): {detail}; run the cell again later"
+            if getattr(self, "kind", None) == "chat":  # transformers serve answers a base model's chat so
+                msg += (f"; if {self.name!r} is a base model that continues text (no chat template), "
+                        "set COURSE_LLM_KIND=text")
         elif isinstance(err, o.APIStatusError):
             msg = f"{self.host} rejected the request (HTTP {status}): {detail}"
         else:

@@ -261,6 +261,13 @@ def test_every_bad_reply_is_one_llm_error_naming_the_server(server, behaviour, w
         assert "COURSE_LLM_API_KEY" in line and "OPENAI_API_KEY goes to api.openai.com only" in line
 
 
+def test_a_server_error_in_chat_mode_names_the_text_kind(server):
+    """transformers serve answers a chat request to a base model with HTTP 500: the line says what to set."""
+    line = _fails(_model(server.url("error500"), kind="chat"), server, "HTTP 500")
+    assert "COURSE_LLM_KIND=text" in line
+    assert "COURSE_LLM_KIND" not in _fails(_model(server.url("error500")), server, "HTTP 500")
+
+
 def test_chat_replies_of_the_wrong_shape(server):
     _fails(_model(server.url("wrong-choice"), kind="chat"), server, "without a message's text")
     _fails(_model(server.url("wrong-shape"), kind="chat"), server, "without a list of 'choices'")
