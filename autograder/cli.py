@@ -143,13 +143,16 @@ class _Writer:
 
 def _reachable_gradebook(grading: Path) -> str:
     """The URL of the folder's gradebook, once a connection to it has worked (else one line)."""
-    from autograder.records.gradebook import GradebookUnreachable, check_reachable, db_url
+    from autograder.records.gradebook import GradebookUnreachable, check_reachable, db_url, reused_url_note
 
     url = db_url(grading)
     try:
         check_reachable(url)
     except GradebookUnreachable as exc:
         raise CliError(str(exc)) from None
+    note = reused_url_note(grading)
+    if note:
+        print(note, file=sys.stderr)
     return url
 
 

@@ -92,3 +92,16 @@ def test_a_history_row_of_the_wrong_shape_is_named_too(recorded, tmp_path, capsy
     assert cli(["history", "attention", "--grading-dir", str(grading)]) == 2
     err = _one_line(capsys.readouterr().err)
     assert "row 1 of table course_run" in err
+
+
+def test_a_recorded_database_is_announced_when_it_is_reused(tmp_path):
+    """A gradebook URL kept by an earlier --db-url is named (password hidden) when a command reuses it."""
+    from autograder.course.paths import GradingPaths
+    from autograder.records.gradebook import reused_url_note
+
+    grading = tmp_path / "grading"
+    assert reused_url_note(grading) is None  # SQLite beside the folder: nothing to announce
+    GradingPaths(grading).record_url("postgresql://grader:s3cret@db.example:5432/course")
+    note = reused_url_note(grading)
+    assert note and "db.example:5432/course" in note and "gradebook.url" in note and "--db-url" in note
+    assert "s3cret" not in note

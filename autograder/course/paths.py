@@ -47,6 +47,12 @@ class GradingPaths:
             return recorded.read_text().strip()
         return f"sqlite:///{self.root / 'gradebook.db'}"
 
+    @property
+    def recorded_url_file(self) -> Path | None:
+        """The file holding the database an earlier ``grade --db-url`` recorded, if there is one."""
+        recorded = self.root / URL_FILE
+        return recorded if recorded.exists() else None
+
     def record_url(self, url: str | None) -> str:
         """Record ``url`` (when given) as this folder's gradebook; returns the URL in use."""
         if url:

@@ -157,9 +157,12 @@ def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, ro
     except gradebook.GradebookUnreachable as exc:
         raise GradingError(str(exc)) from None
     given, table = read_roster_file(roster, assignment, with_table=True) if roster is not None else (None, None)
+    reused = None if db_url else gradebook.reused_url_note(paths.root)
     paths.record_url(db_url)
     out = Path(out_dir).resolve() if out_dir else paths.reports(assignment)
     report = Report(assignment, csv_path=out / "grades.csv", feedback_dir=out / "feedback", out_dir=out)
+    if reused:
+        report.warnings.append(reused)
     canvas_column = None
     if table is not None:
         report.warnings.append(table.describe(roster))

@@ -138,6 +138,17 @@ class GradebookDamaged(GradebookUnreachable):
     """The gradebook's file (or a row of it) cannot be read: one line naming the file."""
 
 
+def reused_url_note(grading) -> str | None:
+    """One line when the folder's gradebook is a database an earlier ``--db-url`` recorded (it is
+    reused without being named again), else None."""
+    paths = GradingPaths(Path(grading))
+    recorded = paths.recorded_url_file
+    if recorded is None:
+        return None
+    return (f"gradebook: {shown(paths.gradebook_url)}, recorded in {recorded} by an earlier --db-url "
+            "(give --db-url to use another)")
+
+
 def shown(url: str) -> str:
     """``url`` with its password hidden, for messages."""
     try:
