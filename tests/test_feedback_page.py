@@ -78,3 +78,32 @@ def test_points_badges_are_readable(page):
     link = re.search(r"\.panel-primary > \.panel-heading a \{ color: (#[0-9a-f]{6})", style).group(1)
     assert contrast(link, "#337ab7") >= 4.5  # bootstrap's .panel-primary heading
     assert contrast("#a94442", "#337ab7") < 3  # what a red score on that blue gave before: unreadable
+
+
+def test_a_lost_hidden_test_shows_the_visible_warnings_of_its_question():
+    """The cause a student can act on stands next to the points a hidden test cost; nothing hidden."""
+    from autograder.judge.feedback import FeedbackLabels
+
+    def test(source, gid, score, output=""):
+        cell = nbformat.v4.new_code_cell(source, metadata={"nbgrader": {
+            "grade": True, "solution": False, "grade_id": gid, "points": 2, "score": score}})
+        if output:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=output)]
+        return cell
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("## Q1. Attention", metadata={"nbgrader": {"grade": False, "solution": False}}),
+        test('"""Q1 visible: shapes."""\nassert True', "q1_visible", 2,
+             "Q1 visible test passed\nWarning: the scores are not divided by sqrt(d_k) <b>x</b> (not graded here)\n"),
+        test('"""Q1 hidden: exact values."""\n# hidden tests ran here', "q1_hidden", 0),
+        nbformat.v4.new_markdown_cell("## Q2. Masks", metadata={"nbgrader": {"grade": False, "solution": False}}),
+        test('"""Q2 hidden: causal."""\n# hidden', "q2_hidden", 0),
+        test('"""Q1 hidden: full marks."""', "q1_hidden_ok", 2)])
+    nb, resources = FeedbackLabels().preprocess(nb, {})
+    metas = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")}
+    assert metas["q1_hidden"]["causes"] == ["the scores are not divided by sqrt(d_k) <b>x</b> (not graded here)"]
+    assert metas["q2_hidden"]["causes"] == []  # Q2's visible tests warned about nothing
+    assert "causes" not in metas["q1_hidden_ok"] and "causes" not in metas["q1_visible"]
+    html = _page(nb.cells)
+    assert html.count("What the visible tests of this question warned about") == 1
+    assert "not divided by sqrt(d_k) &lt;b&gt;x&lt;/b&gt;" in html  # the student's text, escaped

@@ -82,7 +82,28 @@ class FeedbackLabels(Preprocessor):
         totals["total"] = totals["auto"] + totals["manual"]
         totals["max"] = totals["auto_max"] + totals["manual_max"]
         resources["course"] = totals
+        self._causes(nb, labels)
         return nb, resources
+
+    @staticmethod
+    def _causes(nb, labels) -> None:
+        """Next to the points a hidden test cost: what the visible tests of the same question warned
+        about (already on the page, in the student's own outputs; nothing of the hidden test)."""
+        warned: dict[str, list[str]] = {}
+        for cell in nb.cells:
+            info = labels.get(cell.metadata.get("nbgrader", {}).get("grade_id"))
+            if info is None or info.kind != "auto" or not info.label.startswith(f"{info.question} visible"):
+                continue
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+            for line in text.splitlines():
+                if line.startswith("Warning: ") and len(warned.setdefault(info.question, [])) < MAX_CAUSES:
+                    warned[info.question].append(line.removeprefix("Warning: ")[:CAUSE_CHARS])
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            info = labels.get(meta.get("grade_id"))
+            if (info is not None and info.kind == "auto" and info.label.startswith(f"{info.question} hidden")
+                    and float(meta.get("score") or 0) < float(meta.get("points", info.points))):
+                meta["causes"] = warned.get(info.question, [])
 
     @staticmethod
     def _waiting(resources, grade_ids) -> set:
@@ -104,6 +125,7 @@ class FeedbackLabels(Preprocessor):
         return out
 
 
+MAX_CAUSES, CAUSE_CHARS = 5, 400  # warnings shown next to a hidden test's lost points, and their length
 MEMO_MAX_CHARS = 20_000   # longer sources (a student's own) are converted each time
 _memo: dict = {}          # (filter, arguments) -> HTML, for this process: one class's identical cells
 MEMO_MAX_ENTRIES = 4096
