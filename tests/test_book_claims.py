@@ -100,7 +100,7 @@ def run(code: str, **names) -> tuple[dict, list[str]]:
 
 def test_flashattention_traffic_stays_quadratic_only_extra_memory_is_linear():
     # Dao et al. 2022, Theorem 2: Theta(T d + T^2) HBM accesses written out, Theta(T^2 d^2 / M) fused
-    text = prose(page("13_inference.ipynb"))
+    text = prose(page("12_inference.ipynb"))
     never_says(text, "O(T d_h)", "traffic and the extra memory drop")
     says(text, r"\\Theta\(T d_h \+ T\^2\)[^.]*\\Theta\(T\^2 d_h\^2 / M\)")
     says(text, r"traffic[^.]*stays quadratic in \$T\$")
@@ -113,7 +113,7 @@ def test_flashattention_traffic_stays_quadratic_only_extra_memory_is_linear():
 
 
 def test_gpt3_cache_is_computed_at_its_own_context_of_2048_tokens():
-    nb = page("13_inference.ipynb")
+    nb = page("12_inference.ipynb")
     code = picked(source(nb, "p13-published"),
                   {"PUBLISHED", "BYTES", "cache_bytes", "GPT3_CONTEXT", "p13_gpt3_T", "p13_gpt3_gib"})
     glued, _ = run(code)
@@ -130,7 +130,7 @@ def test_gpt3_cache_is_computed_at_its_own_context_of_2048_tokens():
 
 
 def test_rmsnorm_equals_layernorm_on_centred_inputs_only_with_equal_gains_and_no_bias():
-    nb = page("13_inference.ipynb")
+    nb = page("12_inference.ipynb")
     text = prose(nb)
     never_says(text, "When the mean of $x$ is zero the two agree.")
     says(text, r"mean of \$x\$ is zero[^.]*gains are equal and LayerNorm's bias \$\\beta\$ is zero")
@@ -150,7 +150,7 @@ def test_rmsnorm_equals_layernorm_on_centred_inputs_only_with_equal_gains_and_no
 
 
 def test_bytes_use_the_length_ratio_of_the_window_and_its_square_in_attention():
-    nb = page("14_tokenisation.ipynb")
+    nb = page("13_tokenisation.ipynb")
     pd = pytest.importorskip("pandas")
     schemes = {"WordPiece (BERT)": None, "byte-level BPE (GPT-2)": None, "Unigram (T5)": None}
     n_articles, bytes_per_article, bpe_per_article = 10, 234, 59
@@ -176,7 +176,7 @@ def test_bytes_use_the_length_ratio_of_the_window_and_its_square_in_attention():
 
 def test_both_byte_level_bpe_and_unigram_put_the_space_on_the_next_word():
     pre_tokenizers = pytest.importorskip("tokenizers.pre_tokenizers")
-    text = prose(page("14_tokenisation.ipynb"))
+    text = prose(page("13_tokenisation.ipynb"))
     never_says(text, "keeps the space as its own symbol", "glues a space to the front of each word, Unigram")
     says(text, r"byte-level BPE and Unigram both keep the space and attach it to the front of the word")
     # what the page's two pre-tokenizers do (as configured in p14-train)
@@ -193,7 +193,7 @@ def test_bpe_ties_go_to_the_smallest_symbol_numbers_as_in_the_library():
     models = pytest.importorskip("tokenizers.models")
     from tokenizers import Tokenizer, pre_tokenizers, trainers
 
-    nb = page("14_tokenisation.ipynb")
+    nb = page("13_tokenisation.ipynb")
     text = prose(nb)
     never_says(text, "alphabetically first pair, which is also what the library does")
     says(text, r"code points[^.]*order it was made[^.]*smallest number")
@@ -236,7 +236,7 @@ def test_t5_keeps_distances_apart_up_to_7_with_16_buckets():
     last_exact = next(d for d in range(200) if reference.count(reference[d + 1]) > 1)
     assert last_exact == 7 and [d for d in range(200) if reference[d] == reference[8]] == [8, 9, 10]
 
-    nb = page("12_positions.ipynb")
+    nb = page("11_positions.ipynb")
     glued, alts = run(source(nb, "p12-shapes"), plt=plt, pos=pos)
     assert glued["p12_t5_last_exact"] == last_exact
     assert (glued["p12_t5_shared_lo"], glued["p12_t5_shared_hi"]) == (8, 10)
@@ -253,7 +253,7 @@ def test_t5_keeps_distances_apart_up_to_7_with_16_buckets():
 
 
 def test_attention_share_of_training_compute_is_t_over_6d():
-    nb = page("15_scaling.ipynb")
+    nb = page("14_scaling.ipynb")
     text = prose(nb)
     never_says(text, "small against $12d$", "147{,}456", r"T \ll 12d")
     says(text, r"12\\,L\\,T\\,d / 6N \\approx T/\(6d\)")
@@ -272,7 +272,7 @@ def test_attention_share_of_training_compute_is_t_over_6d():
 def test_photo_pairs_and_their_gigabytes_count_the_same_thing():
     from matplotlib import cbook
 
-    nb = page("11_beyond_text.ipynb")
+    nb = page("15_beyond_text.ipynb")
     with cbook.get_sample_data("grace_hopper.jpg") as fh:
         height, width = plt.imread(fh).shape[:2]
     n = (height // 16) * (width // 16) * 16 * 16  # the page crops the photograph to whole 16-pixel patches
@@ -308,7 +308,7 @@ def interleaved_reference(x, positions, base=10000.0):
 def test_both_rotary_layouts_are_taught_and_agree_under_the_permutation():
     from coursekit.gpt import positions as pos
 
-    nb = page("12_positions.ipynb")
+    nb = page("11_positions.ipynb")
     text = prose(nb)
     says(text, r"interleaved pairs")
     says(text, r"rotate-half")
