@@ -147,7 +147,7 @@ class FigureRenderer(NbElementRenderer):
         if not meta.get("caption"):
             return rendered
         figure = nodes.figure("", image, classes=["course-figure"])
-        # an id makes Sphinx number the figure ("Fig. 3.2"); the image's file name is its hash
+        # an id makes Sphinx number the figure (numfig); the image's file name is its hash
         figure["ids"].append("fig-" + Path(image["uri"]).stem[:16])
         figure += nodes.caption(str(meta["caption"]), str(meta["caption"]))
         return [figure]
