@@ -52,8 +52,10 @@ def never_says(text: str, *phrases: str) -> None:
 
 
 def source(nb, cell_id: str) -> str:
+    """The cell's code, followed by that of its folded figure cell (id ``<cell_id>-fig``) if it has one."""
     (cell,) = [c for c in nb.cells if c.id == cell_id]
-    return cell.source
+    figure = [c.source for c in nb.cells if c.id == f"{cell_id}-fig"]
+    return "\n".join([cell.source, *figure])
 
 
 def picked(code: str, names: set[str]) -> str:
