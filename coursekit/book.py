@@ -24,6 +24,11 @@ see it (screen readers read it aloud); it is an f-string, so it can quote the pa
 computed numbers.  The caption is one short sentence printed under the figure in the book.
 Both travel in the output's metadata (``{"image/png": {"alt": ..., "caption": ...}}``),
 where the book's renderer (``coursekit.sphinx_book.FigureRenderer``) reads them.
+
+``show`` also stores the height of the figure's smallest text in pixels of the image
+(``"text_px"``). The book never shows a figure smaller than the size at which that text is
+``MIN_TEXT_PX`` pixels high: where the text column is narrower (a phone), the figure keeps
+that size and scrolls sideways inside its frame (``book/_static/course.css``).
 """
 from __future__ import annotations
 
@@ -70,9 +75,24 @@ def glue(name: str, value: Any, fmt: str | None = None) -> None:
 
 
 MIN_ALT_WORDS = 8  # a screen reader user should learn more than a title
+MIN_TEXT_PX = 9  # the smallest text of a figure, as the book shows it, in CSS pixels
 
 
-def figure_metadata(alt: str, caption: str | None = None) -> dict:
+def smallest_text_px(fig) -> float:
+    """The height of the smallest visible text of ``fig`` (titles, labels, tick labels,
+    legends, annotations) in pixels of the saved image, after drawing it once."""
+    import matplotlib as mpl
+    from matplotlib.text import Text
+
+    fig.canvas.draw()  # tick labels get their text when the figure is drawn
+    dpi = mpl.rcParams["savefig.dpi"]
+    dpi = fig.dpi if dpi == "figure" else float(dpi)
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.get_alpha() != 0]
+    return round(min(sizes) * dpi / 72, 2) if sizes else 0.0
+
+
+def figure_metadata(alt: str, caption: str | None = None, text_px: float | None = None) -> dict:
     """The output metadata ``show`` attaches to a figure; checks the texts first."""
     if not isinstance(alt, str) or len(alt.split()) < MIN_ALT_WORDS:
         raise ValueError(f"show(): alt text must say in at least {MIN_ALT_WORDS} words what the figure "
@@ -85,6 +105,8 @@ def figure_metadata(alt: str, caption: str | None = None) -> dict:
         if not isinstance(caption, str) or not caption.strip():
             raise ValueError(f"show(): caption must be a non-empty sentence, got {caption!r}")
         meta["caption"] = " ".join(caption.split())
+    if text_px:
+        meta["text_px"] = float(text_px)
     return {"image/png": meta}
 
 
@@ -98,7 +120,8 @@ def show(fig=None, *, alt: str, caption: str | None = None) -> None:
     import matplotlib.pyplot as plt
 
     fig = plt.gcf() if fig is None else fig
-    metadata = figure_metadata(alt, caption)
+    metadata = figure_metadata(alt, caption)  # the texts are checked before the figure is drawn
+    metadata = figure_metadata(alt, caption, smallest_text_px(fig))
     try:
         from IPython import get_ipython
     except ImportError:

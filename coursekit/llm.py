@@ -349,7 +349,7 @@ class _LogitsModel(LanguageModel):
 
 
 class LocalSmallGPT(_LogitsModel):
-    """The small GPT of the book's chapter 7 (``coursekit.gpt``): it continues news text."""
+    """The small GPT of the book's GPT chapter (``coursekit.gpt``): it continues news text."""
 
     backend = "local"
     kind = "text"

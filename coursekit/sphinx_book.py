@@ -8,6 +8,10 @@
   output's metadata, and :class:`FigureRenderer` (myst-nb's renderer, chosen in
   ``_config.yml`` with ``nb_render_plugin: course``) puts the alt text on the image and wraps
   it in a numbered figure with the caption.  myst-nb itself reads only width and height there.
+  A figure is never drawn smaller than the width at which its smallest text (``text_px``, which
+  ``show`` measures) is ``coursekit.book.MIN_TEXT_PX`` pixels high: the figure gets that width
+  as ``--course-min-width`` and, where the column is narrower (a phone), scrolls sideways in
+  its frame, which the keyboard can reach (``book/_static/course.css``).
 * Two fixes to the HTML of the page body for assistive technology (WCAG 2.1 A/AA, as axe-core
   checks it in tests/test_book_browser.py). docutils marks each bibliography entry with the
   deprecated ARIA role ``doc-biblioentry`` inside a ``role="list"`` that then has no list
@@ -34,8 +38,11 @@ the build says so: math then needs the network.
 """
 from __future__ import annotations
 
+import base64
+import math
 import os
 import re
+import struct
 import shutil
 import sys
 from pathlib import Path
@@ -132,6 +139,26 @@ def _executed_copies_with_outputs(app, exception) -> None:
         nbformat.write(merged, path)
 
 
+def png_width(content: str | bytes) -> int | None:
+    """The width in pixels of a PNG, base64-encoded (as notebooks store it) or raw; None if
+    it is no PNG."""
+    try:
+        head = base64.b64decode(content[:64]) if isinstance(content, str) else content[:48]
+    except (ValueError, TypeError):
+        return None
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">I", head[16:20])[0]
+
+
+def legible_width(natural: int, text_px: float) -> int:
+    """The narrowest width, in CSS pixels, at which an image ``natural`` pixels wide whose
+    smallest text is ``text_px`` pixels high shows that text at MIN_TEXT_PX or more."""
+    from coursekit.book import MIN_TEXT_PX
+
+    return math.ceil(natural * MIN_TEXT_PX / text_px)
+
+
 class FigureRenderer(NbElementRenderer):
     """myst-nb's renderer, plus the alt text and caption that ``coursekit.book.show`` stores
     in a figure output's metadata (registered as the myst-nb renderer ``course``)."""
@@ -147,19 +174,28 @@ class FigureRenderer(NbElementRenderer):
         if not meta.get("caption"):
             return rendered
         figure = nodes.figure("", image, classes=["course-figure"])
-        # an id makes Sphinx number the figure ("Fig. 3.2"); the image's file name is its hash
+        # an id makes Sphinx number the figure (numfig); the image's file name is its hash
         figure["ids"].append("fig-" + Path(image["uri"]).stem[:16])
         figure += nodes.caption(str(meta["caption"]), str(meta["caption"]))
+        natural = png_width(data.content) if data.mime_type == "image/png" else None
+        text_px = meta.get("text_px")
+        if natural and isinstance(text_px, (int, float)) and text_px > 0:
+            # classes carry the numbers to the HTML: accessible_body turns them into a style
+            figure["classes"] += [f"course-minw-{legible_width(natural, text_px)}",
+                                  f"course-text-{round(100 * text_px)}"]
         return [figure]
 
 
 _BIBLIOENTRY = re.compile(r'(<div class="citation" id="[^"]*") role="doc-biblioentry"')
 _TOGGLE_SUMMARY = '<summary aria-label="Toggle hidden content">'
+_MIN_WIDTH = re.compile(r'<figure class="([^"]*\bcourse-minw-(\d+)\b[^"]*)"')
 
 
 def accessible_body(body: str) -> str:
-    """The page body with the two fixes of the module docstring."""
+    """The page body with the two fixes of the module docstring, and each figure's legible
+    width as a style (a figure that may scroll sideways can be reached with the keyboard)."""
     body = _BIBLIOENTRY.sub(r'\1 role="listitem"', body)
+    body = _MIN_WIDTH.sub(r'<figure class="\1" style="--course-min-width: \2px" tabindex="0"', body)
     return body.replace(_TOGGLE_SUMMARY, "<summary>")
 
 

@@ -12,9 +12,13 @@ page makes and requires all of them to stay inside the build. Then, per page:
 * the Colab button points at this page's notebook;
 * every figure has alt text that says something (words, not a file name) and a caption;
 * axe-core (pinned; scripts/env.sh installs it from npm into the virtual environment) finds no
-  violation of the WCAG 2.1 A and AA rules.
+  violation of the WCAG 2.1 A and AA rules;
+* every figure is legible at 1280 px and on a phone (390 px): its smallest text, as drawn, is at
+  least ``coursekit.book.MIN_TEXT_PX`` pixels high (the height ``show`` measured in the image,
+  times the image's rendered width over its natural width); at 1280 px it fits the text column,
+  and at 390 px it scrolls sideways inside its own frame, never the page.
 
-One screenshot per page goes to ``_build/screenshots/`` so that a person can look.
+Two screenshots per page (1280 and 390 px wide) go to ``_build/screenshots/`` so that a person can look.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from pathlib import Path
 import pytest
 
 import coursekit
+from coursekit.book import MIN_TEXT_PX
 from bookcheck import PAGES, ROOT, alt_problem, figures_by_cell, read
 
 # every page of the book: the executable chapters and the Markdown pages (intro, assignments, references)
@@ -50,6 +55,7 @@ AXE_JS = Path(os.environ.get("COURSE_AXE_JS") or
               Path(sys.prefix) / "share" / "axe" / "node_modules" / "axe-core" / "axe.min.js")
 WCAG = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]  # the rules of WCAG 2.1 levels A and AA
 WIDTH, HEIGHT = 1280, 900
+PHONE = 390  # CSS pixels: the width of a common phone held upright
 TILE = 3000  # pixels of page per screenshot tile
 HEADER = 120  # the sticky top bar and a margin
 TIMEOUT = 60  # seconds for one page to load and typeset
@@ -216,14 +222,59 @@ AXE = """
 """ % json.dumps(WCAG)
 
 
-def _whole_page_png(tools, session, height: int) -> bytes:
+# Runs at each width: how large each figure's smallest text is drawn, and whether it stays in its column.
+LEGIBILITY = """
+(async () => {
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return JSON.stringify({
+    figures: Array.from(document.querySelectorAll('article figure img')).filter(i => i.src.includes('/_images/')).map(i => {
+      const fig = i.closest('figure'), box = fig.getBoundingClientRect();
+      const text = Array.from(fig.classList).find(c => c.startsWith('course-text-'));
+      return {src: i.src.split('/').pop(), natural: i.naturalWidth, shown: i.getBoundingClientRect().width,
+              text_px: text ? Number(text.slice('course-text-'.length)) / 100 : null,
+              frame: fig.clientWidth, right: box.right};
+    }),
+  });
+})()
+"""
+
+
+def _legibility(tools, session, width: int) -> dict:
+    tools.send("Emulation.setDeviceMetricsOverride",
+               {"width": width, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": width < 600}, session=session)
+    result = tools.send("Runtime.evaluate", {"expression": LEGIBILITY, "awaitPromise": True, "returnByValue": True},
+                        session=session)
+    return {"width": width, **json.loads(result["result"]["value"])}
+
+
+def legibility_problems(report: dict) -> list[str]:
+    """What keeps the figures of one page, at one width, from being read (LEGIBILITY's report,
+    with the width of the screen). A phone's browser widens its layout to fit content that is
+    too wide, so a figure's frame is checked against the screen's width, not the window's."""
+    problems, wide = [], report["width"]
+    for f in report["figures"]:
+        if not f["text_px"]:
+            problems.append(f"{f['src']}: no text size (show it with coursekit.book.show)")
+            continue
+        drawn = f["text_px"] * f["shown"] / f["natural"]
+        if drawn < MIN_TEXT_PX - 0.05:
+            problems.append(f"{f['src']}: smallest text {drawn:.1f} px at {wide} px, under {MIN_TEXT_PX}")
+        if f["right"] > wide + 1:
+            problems.append(f"{f['src']}: the figure runs off the screen at {wide} px")
+        if wide >= WIDTH and f["shown"] > f["frame"] + 1:
+            problems.append(f"{f['src']}: needs {f['shown']:.0f} px to be legible, the column has {f['frame']} "
+                            "(larger text or fewer panels side by side)")
+    return problems
+
+
+def _whole_page_png(tools, session, height: int, width: int = WIDTH) -> bytes:
     """The whole page as one PNG, from viewport-sized tiles. (A single capture taller than
     about 8,000 pixels comes out garbled in headless Chromium.)"""
     from PIL import Image
 
-    page = Image.new("RGB", (WIDTH, height), "white")
+    page = Image.new("RGB", (width, height), "white")
     tools.send("Emulation.setDeviceMetricsOverride",
-               {"width": WIDTH, "height": TILE, "deviceScaleFactor": 1, "mobile": False}, session=session)
+               {"width": width, "height": TILE, "deviceScaleFactor": 1, "mobile": width < 600}, session=session)
     try:
         # tiles overlap by HEADER pixels, which are cut from every tile but the first: the
         # page's sticky top bar would otherwise cover a strip of content at each seam
@@ -233,7 +284,7 @@ def _whole_page_png(tools, session, height: int) -> bytes:
             shot = Image.open(io.BytesIO(base64.b64decode(
                 tools.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"])))
             cut = 0 if top == 0 else HEADER
-            page.paste(shot.crop((0, cut, WIDTH, shot.height)), (0, int(top) + cut))
+            page.paste(shot.crop((0, cut, width, shot.height)), (0, int(top) + cut))
             if top + TILE >= height:
                 break
     finally:
@@ -271,6 +322,10 @@ def test_page_in_the_browser(browser, page):
     violations = json.loads(axe["result"]["value"])
 
     (SHOTS / f"{page.stem}.png").write_bytes(_whole_page_png(tools, session, report["height"]))
+    legible = {w: _legibility(tools, session, w) for w in (WIDTH, PHONE)}
+    phone_height = tools.send("Runtime.evaluate", {"expression": "document.documentElement.scrollHeight",
+                                                   "returnByValue": True}, session=session)["result"]["value"]
+    (SHOTS / f"{page.stem}-{PHONE}.png").write_bytes(_whole_page_png(tools, session, phone_height, PHONE))
 
     time.sleep(0.2)  # let late console messages arrive
     tools.send("Runtime.evaluate", {"expression": "1"}, session=session)
@@ -297,5 +352,21 @@ def test_page_in_the_browser(browser, page):
     assert not bad_alt, f"{page.name}: figures a screen reader cannot describe: {bad_alt[:3]}"
     uncaptioned = [f["src"] for f in report["figures"] if not f["caption"]]
     assert not uncaptioned, f"{page.name}: figures without a caption: {uncaptioned[:3]}"
+    for w, seen in legible.items():
+        problems = legibility_problems(seen)
+        assert not problems, f"{page.name} at {w} px: figures that cannot be read: {problems[:4]}"
     assert not violations, f"{page.name}: axe-core finds WCAG 2.1 A/AA violations: " + "; ".join(
         f"{v['id']} ({v['impact']}, {v['count']} nodes, e.g. {v['nodes']}): {v['help']}" for v in violations)
+
+
+def test_legibility_problems_are_found():
+    """The measurements the browser reports, judged: a wide figure with small text, shrunk to the column."""
+    fits = {"src": "a.png", "natural": 1140, "shown": 800, "text_px": 13.89, "frame": 816, "right": 1056}
+    assert legibility_problems({"width": WIDTH, "figures": [fits]}) == []
+    shrunk = dict(fits, natural=1300, text_px=11.11)  # 8-point text in a 13-inch figure: 6.8 px
+    assert any("under" in p for p in legibility_problems({"width": WIDTH, "figures": [shrunk]}))
+    wide = dict(fits, shown=1054, frame=816)  # legible only wider than the column
+    assert any("the column has" in p for p in legibility_problems({"width": WIDTH, "figures": [wide]}))
+    off = dict(fits, shown=739, frame=358, right=420)
+    assert any("off the screen" in p for p in legibility_problems({"width": PHONE, "figures": [off]}))
+    assert any("no text size" in p for p in legibility_problems({"width": PHONE, "figures": [dict(fits, text_px=None)]}))

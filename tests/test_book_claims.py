@@ -52,8 +52,10 @@ def never_says(text: str, *phrases: str) -> None:
 
 
 def source(nb, cell_id: str) -> str:
+    """The cell's code, followed by that of its folded figure cell (id ``<cell_id>-fig``) if it has one."""
     (cell,) = [c for c in nb.cells if c.id == cell_id]
-    return cell.source
+    figure = [c.source for c in nb.cells if c.id == f"{cell_id}-fig"]
+    return "\n".join([cell.source, *figure])
 
 
 def picked(code: str, names: set[str]) -> str:
@@ -105,7 +107,7 @@ def test_flashattention_traffic_stays_quadratic_only_extra_memory_is_linear():
     says(text, r"\\Theta\(T d_h \+ T\^2\)[^.]*\\Theta\(T\^2 d_h\^2 / M\)")
     says(text, r"traffic[^.]*stays quadratic in \$T\$")
     says(text, r"falls from \$O\(T\^2\)\$ to \$O\(T\)\$ per head")  # the extra memory
-    # chapter 10 says the same: the T^2 work stays
+    # the scale-arithmetic chapter says the same: the T^2 work stays
     assert r"They remove the $T^2$ *memory*, not the $T^2$ *work*." in prose(page("10_scale_arithmetic.ipynb"))
 
 

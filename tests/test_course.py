@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,3 +82,75 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "bash scripts/test.sh" in ci and re.search(r"^bash scripts/test.sh$", readme, re.M)
     assert re.search(r"^bash scripts/build.sh$", readme, re.M)
+
+
+# ---------------------------------------------------------------- chapter numbers (issue 35, item 12)
+# The book numbers its chapters itself, in the order of _toc.yml. A number typed into a text goes
+# stale when a page moves, so texts name a chapter by a link to its page instead.
+_TYPED_NUMBER = re.compile(r"\b(?:chapters?|ch\.)\s*\d+"        # "chapter 11", "Chapters 8 to 11", "ch. 12"
+                           r"|\bfig(?:ure|s?\.)\s*\d+\.\d+",     # "Fig. 11.1", "figure 3.2": the book's numbering
+                           re.I)
+_NOT_PROSE = ("data/",)  # the data sets' own texts (news articles about Chapter 11 bankruptcies)
+
+
+def typed_chapter_numbers(text: str) -> list[str]:
+    """The chapter or figure numbers written by hand in ``text``."""
+    return [m.group(0) for m in _TYPED_NUMBER.finditer(text)]
+
+
+def test_typed_chapter_numbers_are_found():
+    planted = ("and chapters 8 to 11 (assistants); see Ch. 12, Fig. 11.1 and figure 3.2; chapter\n7 trains it; "
+               "the paper's Table 2.1, section 3 and Figure 2 are not the book's")
+    assert typed_chapter_numbers(planted) == ["chapters 8", "Ch. 12", "Fig. 11.1", "figure 3.2", "chapter\n7"]
+
+
+def test_no_text_states_a_chapter_number_by_hand():
+    """Pages, notebooks, docs, README and code name chapters by link or title, never by number."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split("\0")
+    me = Path(__file__).resolve().relative_to(ROOT).as_posix()
+    found = []
+    for name in filter(None, files):
+        path = ROOT / name
+        if name == me or name.startswith(_NOT_PROSE) or path.suffix not in {".ipynb", ".md", ".py", ".yml", ".txt"}:
+            continue
+        for hit in typed_chapter_numbers(path.read_text(errors="replace")):
+            found.append(f"{name}: {hit!r}")
+    assert not found, ("chapter numbers typed by hand (link the page instead, e.g. [*Scale arithmetic*]"
+                       f"(10_scale_arithmetic.ipynb), or a {{numref}} role): {found[:10]}")
+
+
+def _numbered_pages() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [ch["file"] for part in toc["parts"] if part.get("numbered") for ch in part["chapters"]]
+
+
+def test_file_numbers_follow_the_table_of_contents():
+    """book/NN_name is the NN-th numbered chapter, so a page's file name and its number agree."""
+    pages = _numbered_pages()
+    numbers = [int(re.match(r"book/(\d+)_", p).group(1)) if re.match(r"book/(\d+)_", p) else None for p in pages]
+    assert numbers == list(range(1, len(pages) + 1)), \
+        f"_toc.yml order and file numbers disagree: {list(zip(range(1, len(pages) + 1), pages))}"
+    unnumbered = sorted(p.stem for p in (ROOT / "book").glob("*.ipynb") if not re.match(r"\d+_", p.stem))
+    assert not unnumbered, f"book pages without a number in their file name: {unnumbered}"
+
+
+def test_renamed_pages_keep_their_old_address():
+    """Every page name the book has dropped (git history) redirects to a page that exists."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]
+    assert "sphinx_reredirects" in config["extra_extensions"]
+    redirects = config["config"].get("redirects", {})
+    for old, new in redirects.items():
+        assert not (ROOT / f"{old}.ipynb").exists(), f"_config.yml redirects {old}, a page that exists"
+        target = (ROOT / old).parent / new
+        assert target.suffix == ".html" and target.with_suffix(".ipynb").exists(), \
+            f"_config.yml redirects {old} to {new}, which is no page of the book"
+    log = subprocess.run(["git", "log", "--diff-filter=DR", "--name-status", "--format=", "--", "book/"],
+                         cwd=ROOT, capture_output=True, text=True)
+    if log.returncode != 0:
+        pytest.skip("no git history here (a published copy): the redirects are checked in the course repository")
+    dropped = {Path(line.split("\t")[1]).with_suffix("").as_posix() for line in log.stdout.splitlines()
+               if line[:1] in "DR" and line.split("\t")[1].endswith(".ipynb")}
+    dropped = {d for d in dropped if not (ROOT / f"{d}.ipynb").exists()}
+    missing = sorted(dropped - set(redirects))
+    assert not missing, f"pages renamed or removed without a redirect in _config.yml (sphinx: config: redirects): {missing}"

@@ -1,4 +1,4 @@
-"""coursekit.gpt: the small GPT shared by chapters 7 and 8, the concepts assignment and the LLM lab,
+"""coursekit.gpt: the small GPT shared by the GPT and decoding chapters, the concepts assignment and the LLM lab,
 its key-value cache, and the modern decoder of the chapters on positions and inference."""
 from __future__ import annotations
 

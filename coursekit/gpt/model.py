@@ -2,7 +2,7 @@
 
 ``CausalSelfAttention``, ``MLP``, ``Block`` and ``GPT`` follow GPT-2: learned position
 embeddings, pre-norm blocks with LayerNorm, a GELU feed-forward network, tied input and output
-embeddings.  The book's chapter 7 trains it; ``coursekit.gpt.modern`` holds the variants of
+embeddings.  The book's GPT chapter (book/07_gpt.ipynb) trains it; ``coursekit.gpt.modern`` holds the variants of
 today's open decoders (rotary positions, RMSNorm, SwiGLU, grouped-query attention).
 
 Every forward pass can take a key-value cache (``coursekit.gpt.generate.KVCache``): the keys

@@ -3,7 +3,7 @@
 ``train_small_gpt`` learns a BPE tokenizer from the training text (or reads it from the cache),
 then trains with AdamW on random windows of the text; ``load_or_train_small_gpt`` keeps the
 result on disk, keyed by the configuration, the training settings, the data and the code
-version, so that a model trained once (by the book's chapter 7, say) is reused by every
+version, so that a model trained once (by the book's GPT chapter, say) is reused by every
 notebook that asks for the same configuration.
 
 Sizes and steps are chosen for the time budget of a book page, about 40 seconds of training
