@@ -1,0 +1,198 @@
+"""Worked answers to the book's *compute* exercises: instructors only, never published.
+
+Each entry of ``EXERCISES`` names an exercise as the book numbers it (chapter.number), the
+function that computes its answer (the worked solution, shown in the instructor build of the
+book), the tolerance its self-check uses, a typical wrong answer (which the self-check must
+reject) and the hint the page prints. ``python instructor/exercises/answers.py`` prints, for each
+exercise, its answer and a fresh key for the page's ``check_answer`` cell, and writes the
+answers to ``answers.json`` beside this file (``publish`` reads it to prove that no published file
+holds an answer). tests/test_exercises.py runs every function here.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Compute:
+    answer: Callable[[], float]
+    tolerance: dict          # one of rel=, abs=, exact=True (coursekit.exercises.answer_key)
+    wrong: Callable[[], float]   # a typical mistake, which the self-check must reject
+    hint: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 13, tokenisation: a byte-level BPE trainer of our own (in the spirit of minbpe)
+# ---------------------------------------------------------------------------------------------
+
+BPE_TRAIN_ARTICLES, BPE_VAL_ARTICLES, BPE_MERGES = 100, 50, 150
+
+
+@functools.cache
+def bpe_texts() -> tuple[str, str]:
+    """The training text (the first 100 training articles) and the held-out text (the first 50
+    validation articles), each joined with newlines, as exercise 13.2 defines them."""
+    from coursekit.gpt import ag_news_corpus
+
+    corpus = ag_news_corpus()
+    train = [a for a in corpus["train"].split("\n") if a][:BPE_TRAIN_ARTICLES]
+    val = [a for a in corpus["val"].split("\n") if a][:BPE_VAL_ARTICLES]
+    return "\n".join(train), "\n".join(val)
+
+
+def neighbour_counts(ids: list[int]) -> Counter:
+    """How often each pair of neighbouring ids occurs (overlapping pairs counted); the Counter
+    keeps pairs in the order they are first seen."""
+    return Counter(zip(ids, ids[1:]))
+
+
+def replace_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def bpe_train(text: str, n_merges: int) -> dict[tuple[int, int], int]:
+    """Merges learned on the UTF-8 bytes of ``text``: the most frequent pair each time (on a tie
+    the pair seen first in the text, which is what max() over the Counter gives), new ids from 256."""
+    ids = list(text.encode("utf-8"))
+    merges: dict[tuple[int, int], int] = {}
+    for step in range(n_merges):
+        counts = neighbour_counts(ids)
+        if not counts:
+            break
+        best = max(counts, key=counts.get)
+        merges[best] = 256 + step
+        ids = replace_pair(ids, best, 256 + step)
+    return merges
+
+
+def bpe_encode(text: str, merges: dict[tuple[int, int], int]) -> list[int]:
+    """Apply the merges in the order they were learned: repeatedly merge the present pair with
+    the lowest new id."""
+    ids = list(text.encode("utf-8"))
+    while len(ids) > 1:
+        present = set(zip(ids, ids[1:]))
+        pair = min(present, key=lambda p: merges.get(p, math.inf))
+        if pair not in merges:
+            break
+        ids = replace_pair(ids, pair, merges[pair])
+    return ids
+
+
+def bpe_decode(ids: list[int], merges: dict[tuple[int, int], int]) -> str:
+    pieces = {i: bytes([i]) for i in range(256)}
+    for (a, b), new in sorted(merges.items(), key=lambda kv: kv[1]):
+        pieces[new] = pieces[a] + pieces[b]
+    return b"".join(pieces[i] for i in ids).decode("utf-8", errors="replace")
+
+
+@functools.cache
+def ex_13_2() -> float:
+    """Tokens of the held-out text under 150 merges learned on the training text."""
+    train, val = bpe_texts()
+    merges = bpe_train(train, BPE_MERGES)
+    ids = bpe_encode(val, merges)
+    assert bpe_decode(ids, merges) == val  # the round trip
+    return len(ids)
+
+
+def ex_13_2_wrong() -> float:
+    """Counting characters instead of tokens: the text with no merges at all."""
+    return len(bpe_texts()[1])
+
+
+def ex_13_3() -> float:
+    """Bytes per token of the held-out text (its compression ratio)."""
+    _, val = bpe_texts()
+    return len(val.encode("utf-8")) / ex_13_2()
+
+
+def ex_13_3_wrong() -> float:
+    """The inverse: tokens per byte."""
+    return 1 / ex_13_3()
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 14, scaling
+# ---------------------------------------------------------------------------------------------
+
+BUDGET = 1e21          # FLOPs
+TOKENS_PER_PARAM = 20
+IRREDUCIBLE = 1.69     # nats, the constant E of exercise 14.3
+# exercise 14.3's measurements, as the page lists them: parameters, validation loss (nats)
+SIZES = [2e6, 6e6, 2e7, 6e7, 2e8, 6e8]
+LOSSES = [2.457, 2.253, 2.097, 1.994, 1.909, 1.855]
+
+
+def ex_14_2() -> float:
+    """Compute-optimal parameters for the budget: C = 6 N D with D = 20 N, so N = sqrt(C / 120)."""
+    return math.sqrt(BUDGET / (6 * TOKENS_PER_PARAM))
+
+
+def ex_14_2_wrong() -> float:
+    """Forgetting the 20 tokens per parameter: N = sqrt(C / 6)."""
+    return math.sqrt(BUDGET / 6)
+
+
+def fit_power_law(sizes, losses, irreducible: float) -> tuple[float, float]:
+    """Least squares on log(L - E) = log A - alpha log N; returns (A, alpha)."""
+    slope, intercept = np.polyfit(np.log(sizes), np.log(np.asarray(losses) - irreducible), 1)
+    return float(np.exp(intercept)), float(-slope)
+
+
+def ex_14_3() -> float:
+    """The fitted law's loss at the compute-optimal size for the budget."""
+    a, alpha = fit_power_law(SIZES, LOSSES, IRREDUCIBLE)
+    return IRREDUCIBLE + a * ex_14_2() ** -alpha
+
+
+def ex_14_3_wrong() -> float:
+    """A plain power law on L (no irreducible term) extrapolates too low."""
+    a, alpha = fit_power_law(SIZES, LOSSES, 0.0)
+    return a * ex_14_2() ** -alpha
+
+
+EXERCISES: dict[str, Compute] = {
+    "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
+                    "encode the held-out text with your merges, applied in the order they were learned"),
+    "13.3": Compute(ex_13_3, {"rel": 0.005}, ex_13_3_wrong, "bytes of the held-out text divided by its tokens"),
+    "14.2": Compute(ex_14_2, {"rel": 0.01}, ex_14_2_wrong, "C = 6ND and D = 20N: solve for N"),
+    "14.3": Compute(ex_14_3, {"rel": 0.005}, ex_14_3_wrong,
+                    "fit a straight line to log(L - E) against log N, then evaluate the law at N"),
+}
+
+ANSWERS_FILE = HERE / "answers.json"
+
+
+def answers() -> dict[str, float]:
+    return {name: float(ex.answer()) for name, ex in EXERCISES.items()}
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(HERE.parents[1]))
+    from coursekit.exercises import answer_key
+
+    found = answers()
+    for name, value in found.items():
+        print(f"{name}: {value!r}  key={answer_key(name, value, **EXERCISES[name].tolerance)}")
+    ANSWERS_FILE.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {ANSWERS_FILE.name}")
