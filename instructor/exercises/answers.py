@@ -104,10 +104,14 @@ def bpe_decode(ids: list[int], merges: dict[tuple[int, int], int]) -> str:
 
 
 @functools.cache
+def trained_merges() -> dict[tuple[int, int], int]:
+    return bpe_train(bpe_texts()[0], BPE_MERGES)
+
+
 def ex_13_2() -> float:
     """Tokens of the held-out text under 150 merges learned on the training text."""
-    train, val = bpe_texts()
-    merges = bpe_train(train, BPE_MERGES)
+    _, val = bpe_texts()
+    merges = trained_merges()
     ids = bpe_encode(val, merges)
     assert bpe_decode(ids, merges) == val  # the round trip
     return len(ids)
@@ -119,14 +123,15 @@ def ex_13_2_wrong() -> float:
 
 
 def ex_13_3() -> float:
-    """Bytes per token of the held-out text (its compression ratio)."""
-    _, val = bpe_texts()
-    return len(val.encode("utf-8")) / ex_13_2()
+    """The mean length, in bytes, of the symbols the 150 merges made."""
+    merges = trained_merges()
+    return sum(len(bpe_decode([new], merges).encode("utf-8")) for new in merges.values()) / len(merges)
 
 
 def ex_13_3_wrong() -> float:
-    """The inverse: tokens per byte."""
-    return 1 / ex_13_3()
+    """The mean over the whole vocabulary, the 256 single bytes included."""
+    total = ex_13_3() * BPE_MERGES + 256
+    return total / (256 + BPE_MERGES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,7 +177,7 @@ def ex_14_3_wrong() -> float:
 EXERCISES: dict[str, Compute] = {
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
                     "encode the held-out text with your merges, applied in the order they were learned"),
-    "13.3": Compute(ex_13_3, {"rel": 0.005}, ex_13_3_wrong, "bytes of the held-out text divided by its tokens"),
+    "13.3": Compute(ex_13_3, {"rel": 0.005}, ex_13_3_wrong, "average over the merged symbols only, not the 256 bytes"),
     "14.2": Compute(ex_14_2, {"rel": 0.01}, ex_14_2_wrong, "C = 6ND and D = 20N: solve for N"),
     "14.3": Compute(ex_14_3, {"rel": 0.005}, ex_14_3_wrong,
                     "fit a straight line to log(L - E) against log N, then evaluate the law at N"),
