@@ -20,7 +20,11 @@ list with its sha256.  After writing, it proves every file it wrote: UTF-8 text 
 archive only as a data file listed in ``data/MANIFEST``), scanned, every string of a notebook or
 JSON file included (metadata, outputs, attachments), for a line of a hidden test or a mark
 scheme, three lines of a solution, or a run of ``RUN`` normalised tokens of one (``tokenize``;
-comments, layout and names do not matter), and it refuses the result if it finds one.
+comments, layout and names do not matter), and it refuses the result if it finds one.  The same
+holds for the worked solutions of the book's exercises (``instructor/exercises/``: a line of a
+solution page, a run of its code, a ``{solution}`` directive), and for the answer of every compute
+exercise (``answers.json``) in any form a student might search for (``answer_forms``: digits,
+rounded, scientific).
 """
 from __future__ import annotations
 
