@@ -32,6 +32,41 @@ class Compute:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 1, attention as soft retrieval: weights by hand
+# ---------------------------------------------------------------------------------------------
+
+COSTS_1 = [0.0, 1.0, 2.0, 3.0]   # the dissimilarities of exercise 1.3
+LAMBDA_1 = 0.5
+
+
+def soft_weights(costs, lam: float) -> list[float]:
+    """softmax(-c / lambda), computed stably (the smallest cost first)."""
+    low = min(costs)
+    e = [math.exp(-(c - low) / lam) for c in costs]
+    return [x / sum(e) for x in e]
+
+
+def ex_1_3() -> float:
+    """The weight of the cheapest key."""
+    return soft_weights(COSTS_1, LAMBDA_1)[0]
+
+
+def ex_1_3_wrong() -> float:
+    """Multiplying by lambda instead of dividing: softmax(-lambda c)."""
+    return soft_weights([LAMBDA_1 ** 2 * c for c in COSTS_1], LAMBDA_1)[0]
+
+
+def ex_1_4() -> float:
+    """The entropy of the weights, in nats."""
+    return -sum(p * math.log(p) for p in soft_weights(COSTS_1, LAMBDA_1))
+
+
+def ex_1_4_wrong() -> float:
+    """The same entropy in bits."""
+    return ex_1_4() / math.log(2)
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 13, tokenisation: a byte-level BPE trainer of our own (in the spirit of minbpe)
 # ---------------------------------------------------------------------------------------------
 
@@ -175,6 +210,8 @@ def ex_14_3_wrong() -> float:
 
 
 EXERCISES: dict[str, Compute] = {
+    "1.3": Compute(ex_1_3, {"rel": 0.005}, ex_1_3_wrong, "the weights are softmax(-c / lambda): divide by lambda"),
+    "1.4": Compute(ex_1_4, {"rel": 0.005}, ex_1_4_wrong, "use the natural logarithm (nats, not bits)"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
                     "encode the held-out text with your merges, applied in the order they were learned"),
     "13.3": Compute(ex_13_3, {"rel": 0.005}, ex_13_3_wrong, "average over the merged symbols only, not the 256 bytes"),
