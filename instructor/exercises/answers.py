@@ -67,6 +67,52 @@ def ex_1_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 3, positional encoding: the sinusoidal table of the original Transformer (d = 512)
+# ---------------------------------------------------------------------------------------------
+
+D_MODEL_3 = 512
+
+
+def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
+    """omega_i = base^(-2i/d), one per pair of coordinates."""
+    return base ** (-np.arange(0, d, 2) / d)
+
+
+def ex_3_3() -> float:
+    """The period, in positions, of the slowest pair."""
+    return float(2 * math.pi / frequencies(D_MODEL_3)[-1])
+
+
+def ex_3_3_wrong() -> float:
+    """Taking i = d/2 (one pair too many): 2 pi times the base."""
+    return 2 * math.pi * 10000.0
+
+
+def ex_3_4() -> float:
+    """p_t . p_(t+1) = sum_i cos(omega_i), whatever t."""
+    return float(np.cos(frequencies(D_MODEL_3)).sum())
+
+
+def ex_3_4_wrong() -> float:
+    """The cosine similarity (divided by |p|^2 = d/2) instead of the dot product."""
+    return ex_3_4() / (D_MODEL_3 / 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 11, positions beyond sinusoids: RoPE's longest wavelength
+# ---------------------------------------------------------------------------------------------
+
+def ex_11_3() -> float:
+    """Head size 128, base 500,000: the wavelength, in tokens, of the slowest pair."""
+    return float(2 * math.pi / frequencies(128, 500_000.0)[-1])
+
+
+def ex_11_3_wrong() -> float:
+    """The base of the original RoPE (10,000) instead of 500,000."""
+    return float(2 * math.pi / frequencies(128, 10_000.0)[-1])
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 13, tokenisation: a byte-level BPE trainer of our own (in the spirit of minbpe)
 # ---------------------------------------------------------------------------------------------
 
@@ -212,6 +258,9 @@ def ex_14_3_wrong() -> float:
 EXERCISES: dict[str, Compute] = {
     "1.3": Compute(ex_1_3, {"rel": 0.005}, ex_1_3_wrong, "the weights are softmax(-c / lambda): divide by lambda"),
     "1.4": Compute(ex_1_4, {"rel": 0.005}, ex_1_4_wrong, "use the natural logarithm (nats, not bits)"),
+    "3.3": Compute(ex_3_3, {"rel": 0.005}, ex_3_3_wrong, "the slowest pair is i = d/2 - 1; its period is 2 pi / omega"),
+    "3.4": Compute(ex_3_4, {"rel": 0.005}, ex_3_4_wrong, "a dot product of two table rows, not their cosine"),
+    "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
                     "encode the held-out text with your merges, applied in the order they were learned"),
     "13.3": Compute(ex_13_3, {"rel": 0.005}, ex_13_3_wrong, "average over the merged symbols only, not the 256 bytes"),
