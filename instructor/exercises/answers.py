@@ -113,6 +113,23 @@ def ex_11_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 12, inference: a SwiGLU network as large as a GELU network of width 4C
+# ---------------------------------------------------------------------------------------------
+
+WIDTH_12 = 5120
+
+
+def ex_12_3() -> float:
+    """SwiGLU has three C x h matrices (gate, up, down), the GELU network two C x 4C: 3 C h = 8 C^2."""
+    return 8 * WIDTH_12 / 3
+
+
+def ex_12_3_wrong() -> float:
+    """Counting two matrices for SwiGLU, as for GELU: h = 4C."""
+    return 4 * WIDTH_12
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 13, tokenisation: a byte-level BPE trainer of our own (in the spirit of minbpe)
 # ---------------------------------------------------------------------------------------------
 
@@ -261,6 +278,7 @@ EXERCISES: dict[str, Compute] = {
     "3.3": Compute(ex_3_3, {"rel": 0.005}, ex_3_3_wrong, "the slowest pair is i = d/2 - 1; its period is 2 pi / omega"),
     "3.4": Compute(ex_3_4, {"rel": 0.005}, ex_3_4_wrong, "a dot product of two table rows, not their cosine"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
+    "12.3": Compute(ex_12_3, {"rel": 0.002}, ex_12_3_wrong, "count the matrices of each network: SwiGLU has a gate"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
                     "encode the held-out text with your merges, applied in the order they were learned"),
     "13.3": Compute(ex_13_3, {"rel": 0.005}, ex_13_3_wrong, "average over the merged symbols only, not the 256 bytes"),
