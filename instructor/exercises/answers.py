@@ -67,6 +67,23 @@ def ex_1_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 2, multi-head and masked attention: what a causal mask keeps
+# ---------------------------------------------------------------------------------------------
+
+T_2 = 1000
+
+
+def ex_2_3() -> float:
+    """Query t sees keys 0..t: 1 + 2 + ... + T = T (T + 1) / 2 pairs."""
+    return T_2 * (T_2 + 1) // 2
+
+
+def ex_2_3_wrong() -> float:
+    """Half the square, forgetting the diagonal (each token sees itself)."""
+    return T_2 * T_2 // 2
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 3, positional encoding: the sinusoidal table of the original Transformer (d = 512)
 # ---------------------------------------------------------------------------------------------
 
@@ -275,6 +292,7 @@ def ex_14_3_wrong() -> float:
 EXERCISES: dict[str, Compute] = {
     "1.3": Compute(ex_1_3, {"rel": 0.005}, ex_1_3_wrong, "the weights are softmax(-c / lambda): divide by lambda"),
     "1.4": Compute(ex_1_4, {"rel": 0.005}, ex_1_4_wrong, "use the natural logarithm (nats, not bits)"),
+    "2.3": Compute(ex_2_3, {"exact": True}, ex_2_3_wrong, "count row by row: query t sees keys 0 to t, itself included"),
     "3.3": Compute(ex_3_3, {"rel": 0.005}, ex_3_3_wrong, "the slowest pair is i = d/2 - 1; its period is 2 pi / omega"),
     "3.4": Compute(ex_3_4, {"rel": 0.005}, ex_3_4_wrong, "a dot product of two table rows, not their cosine"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
