@@ -311,7 +311,8 @@ def answer_forms(value: float, min_digits: int = 3) -> set[str]:
     """How an answer may be written where a student could search for it: its digits (plain and
     with thousands separators), rounded to 1-6 decimals and to 2-8 significant digits, and in
     scientific notation (``2.89e9``, ``2.89e+09``, ``2.89E+09``), and for a large number its
-    mantissa in thousands, millions, billions or trillions (``2.89`` billion).  Forms of fewer
+    mantissa in thousands, millions, billions or trillions (``2.89`` billion); a negative answer also
+    without its sign.  Forms of fewer
     than ``min_digits`` significant digits (``2``, ``1.8``) are left out: they occur everywhere."""
     forms = {repr(value), f"{value:g}"}
     if float(value).is_integer():
@@ -328,6 +329,8 @@ def answer_forms(value: float, min_digits: int = 3) -> set[str]:
     for power in (3, 6, 9, 12):
         if abs(value) >= 10 ** power:
             forms |= {f"{value / 10 ** power:.{k}f}" for k in range(1, 4)}
+    if value < 0:  # a student may search without the sign
+        forms |= answer_forms(-value, min_digits)
     return {f for f in forms if _significant(f) >= min_digits}
 
 

@@ -116,6 +116,29 @@ def ex_3_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 4, the Transformer block: layer normalisation by hand
+# ---------------------------------------------------------------------------------------------
+
+X_4 = [1.0, 2.0, 3.0, 4.0]
+
+
+def layer_norm(x, unbiased: bool = False) -> list[float]:
+    """(x - mean) / std over the vector, gain 1, bias 0, epsilon 0."""
+    mean = sum(x) / len(x)
+    var = sum((v - mean) ** 2 for v in x) / (len(x) - 1 if unbiased else len(x))
+    return [(v - mean) / math.sqrt(var) for v in x]
+
+
+def ex_4_3() -> float:
+    return layer_norm(X_4)[0]
+
+
+def ex_4_3_wrong() -> float:
+    """The unbiased variance (divide by n - 1), which LayerNorm does not use."""
+    return layer_norm(X_4, unbiased=True)[0]
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 11, positions beyond sinusoids: RoPE's longest wavelength
 # ---------------------------------------------------------------------------------------------
 
@@ -295,6 +318,7 @@ EXERCISES: dict[str, Compute] = {
     "2.3": Compute(ex_2_3, {"exact": True}, ex_2_3_wrong, "count row by row: query t sees keys 0 to t, itself included"),
     "3.3": Compute(ex_3_3, {"rel": 0.005}, ex_3_3_wrong, "the slowest pair is i = d/2 - 1; its period is 2 pi / omega"),
     "3.4": Compute(ex_3_4, {"rel": 0.005}, ex_3_4_wrong, "a dot product of two table rows, not their cosine"),
+    "4.3": Compute(ex_4_3, {"rel": 0.002}, ex_4_3_wrong, "LayerNorm divides by the standard deviation over n, not n - 1"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
     "12.3": Compute(ex_12_3, {"rel": 0.002}, ex_12_3_wrong, "count the matrices of each network: SwiGLU has a gate"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
