@@ -139,6 +139,34 @@ def ex_4_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 7, GPT: losses in nats, perplexities
+# ---------------------------------------------------------------------------------------------
+
+LOSS_7 = 3.2           # nats per token
+GPT2_VOCAB = 50_257
+
+
+def ex_7_3() -> float:
+    """Perplexity is e to the loss in nats."""
+    return math.exp(LOSS_7)
+
+
+def ex_7_3_wrong() -> float:
+    """2 to the loss: as if it were in bits."""
+    return 2 ** LOSS_7
+
+
+def ex_7_4() -> float:
+    """A uniform guess over V tokens costs ln V nats per token."""
+    return math.log(GPT2_VOCAB)
+
+
+def ex_7_4_wrong() -> float:
+    """log2 V: bits, not nats."""
+    return math.log2(GPT2_VOCAB)
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 11, positions beyond sinusoids: RoPE's longest wavelength
 # ---------------------------------------------------------------------------------------------
 
@@ -319,6 +347,8 @@ EXERCISES: dict[str, Compute] = {
     "3.3": Compute(ex_3_3, {"rel": 0.005}, ex_3_3_wrong, "the slowest pair is i = d/2 - 1; its period is 2 pi / omega"),
     "3.4": Compute(ex_3_4, {"rel": 0.005}, ex_3_4_wrong, "a dot product of two table rows, not their cosine"),
     "4.3": Compute(ex_4_3, {"rel": 0.002}, ex_4_3_wrong, "LayerNorm divides by the standard deviation over n, not n - 1"),
+    "7.3": Compute(ex_7_3, {"rel": 0.005}, ex_7_3_wrong, "the loss is in nats: perplexity = exp(loss)"),
+    "7.4": Compute(ex_7_4, {"rel": 0.002}, ex_7_4_wrong, "cross-entropy of a uniform guess, with the natural logarithm"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
     "12.3": Compute(ex_12_3, {"rel": 0.002}, ex_12_3_wrong, "count the matrices of each network: SwiGLU has a gate"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
