@@ -167,6 +167,36 @@ def ex_7_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 8, decoding: temperature and top-k by hand
+# ---------------------------------------------------------------------------------------------
+
+LOGITS_8 = [2.0, 1.0, 0.1]
+TAU_8 = 0.7
+
+
+def ex_8_3() -> float:
+    """softmax(z / tau)[0]: soft_weights with costs -z."""
+    return soft_weights([-z for z in LOGITS_8], TAU_8)[0]
+
+
+def ex_8_3_wrong() -> float:
+    """Multiplying the logits by the temperature instead of dividing."""
+    return soft_weights([-z * TAU_8 for z in LOGITS_8], 1.0)[0]
+
+
+def ex_8_4() -> float:
+    """Top-2 at temperature 1: KL(truncated || original) = -ln(mass kept)."""
+    p = soft_weights([-z for z in LOGITS_8], 1.0)
+    return -math.log(p[0] + p[1])
+
+
+def ex_8_4_wrong() -> float:
+    """The mass dropped, instead of the divergence."""
+    p = soft_weights([-z for z in LOGITS_8], 1.0)
+    return p[2]
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 11, positions beyond sinusoids: RoPE's longest wavelength
 # ---------------------------------------------------------------------------------------------
 
@@ -349,6 +379,8 @@ EXERCISES: dict[str, Compute] = {
     "4.3": Compute(ex_4_3, {"rel": 0.002}, ex_4_3_wrong, "LayerNorm divides by the standard deviation over n, not n - 1"),
     "7.3": Compute(ex_7_3, {"rel": 0.005}, ex_7_3_wrong, "the loss is in nats: perplexity = exp(loss)"),
     "7.4": Compute(ex_7_4, {"rel": 0.002}, ex_7_4_wrong, "cross-entropy of a uniform guess, with the natural logarithm"),
+    "8.3": Compute(ex_8_3, {"rel": 0.002}, ex_8_3_wrong, "divide the logits by the temperature, then softmax"),
+    "8.4": Compute(ex_8_4, {"rel": 0.005}, ex_8_4_wrong, "the truncated distribution is p / (mass kept) on the kept tokens"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
     "12.3": Compute(ex_12_3, {"rel": 0.002}, ex_12_3_wrong, "count the matrices of each network: SwiGLU has a gate"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
