@@ -197,6 +197,23 @@ def ex_8_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 9, LoRA: folding an update back in, by hand
+# ---------------------------------------------------------------------------------------------
+
+W_9, B_ROW_9, A_COL_9, ALPHA_9, R_9 = 0.913, [0.42, -1.37], [0.58, 0.31], 16, 2
+
+
+def ex_9_3() -> float:
+    """W_ij + (alpha / r) * sum_k B_ik A_kj."""
+    return W_9 + ALPHA_9 / R_9 * sum(b * a for b, a in zip(B_ROW_9, A_COL_9))
+
+
+def ex_9_3_wrong() -> float:
+    """Scaling by alpha instead of alpha / r."""
+    return W_9 + ALPHA_9 * sum(b * a for b, a in zip(B_ROW_9, A_COL_9))
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 11, positions beyond sinusoids: RoPE's longest wavelength
 # ---------------------------------------------------------------------------------------------
 
@@ -381,6 +398,7 @@ EXERCISES: dict[str, Compute] = {
     "7.4": Compute(ex_7_4, {"rel": 0.002}, ex_7_4_wrong, "cross-entropy of a uniform guess, with the natural logarithm"),
     "8.3": Compute(ex_8_3, {"rel": 0.002}, ex_8_3_wrong, "divide the logits by the temperature, then softmax"),
     "8.4": Compute(ex_8_4, {"rel": 0.005}, ex_8_4_wrong, "the truncated distribution is p / (mass kept) on the kept tokens"),
+    "9.3": Compute(ex_9_3, {"rel": 0.002}, ex_9_3_wrong, "the update is scaled by alpha / r"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
     "12.3": Compute(ex_12_3, {"rel": 0.002}, ex_12_3_wrong, "count the matrices of each network: SwiGLU has a gate"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
