@@ -139,6 +139,43 @@ def ex_4_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 5, the encoder-decoder Transformer: label smoothing and the learning-rate schedule
+# ---------------------------------------------------------------------------------------------
+
+EPS_5, K_5 = 0.1, 32_000
+D_5, WARMUP_5 = 512, 4000
+
+
+def smoothing_floor(eps: float, k: int) -> float:
+    """The entropy of the smoothed target: 1 - eps + eps/K on the target, eps/K on the others."""
+    top, rest = 1 - eps + eps / k, eps / k
+    return -(top * math.log(top) + (k - 1) * rest * math.log(rest))
+
+
+def ex_5_3() -> float:
+    return smoothing_floor(EPS_5, K_5)
+
+
+def ex_5_3_wrong() -> float:
+    """The same entropy in bits."""
+    return ex_5_3() / math.log(2)
+
+
+def noam_lr(step: int, d: int, warmup: int, c: float = 1.0) -> float:
+    return c * d ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def ex_5_4() -> float:
+    """The peak of the schedule is at step = warmup: (d * warmup) ** -0.5."""
+    return noam_lr(WARMUP_5, D_5, WARMUP_5)
+
+
+def ex_5_4_wrong() -> float:
+    """Forgetting the factor d ** -0.5."""
+    return WARMUP_5 ** -0.5
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 7, GPT: losses in nats, perplexities
 # ---------------------------------------------------------------------------------------------
 
@@ -394,6 +431,8 @@ EXERCISES: dict[str, Compute] = {
     "3.3": Compute(ex_3_3, {"rel": 0.005}, ex_3_3_wrong, "the slowest pair is i = d/2 - 1; its period is 2 pi / omega"),
     "3.4": Compute(ex_3_4, {"rel": 0.005}, ex_3_4_wrong, "a dot product of two table rows, not their cosine"),
     "4.3": Compute(ex_4_3, {"rel": 0.002}, ex_4_3_wrong, "LayerNorm divides by the standard deviation over n, not n - 1"),
+    "5.3": Compute(ex_5_3, {"rel": 0.005}, ex_5_3_wrong, "the entropy of the smoothed target, in nats; the target keeps its share eps/K too"),
+    "5.4": Compute(ex_5_4, {"rel": 0.005}, ex_5_4_wrong, "the two branches of min() meet at step = warmup; keep the factor d^(-1/2)"),
     "7.3": Compute(ex_7_3, {"rel": 0.005}, ex_7_3_wrong, "the loss is in nats: perplexity = exp(loss)"),
     "7.4": Compute(ex_7_4, {"rel": 0.002}, ex_7_4_wrong, "cross-entropy of a uniform guess, with the natural logarithm"),
     "8.3": Compute(ex_8_3, {"rel": 0.002}, ex_8_3_wrong, "divide the logits by the temperature, then softmax"),
