@@ -176,6 +176,23 @@ def ex_5_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 6, BERT: how often a token is never a target
+# ---------------------------------------------------------------------------------------------
+
+P_CHOOSE_6, EPOCHS_6 = 0.15, 40
+
+
+def ex_6_3() -> float:
+    """Chosen independently with probability 0.15 in each of 40 passes: never chosen with 0.85^40."""
+    return (1 - P_CHOOSE_6) ** EPOCHS_6
+
+
+def ex_6_3_wrong() -> float:
+    """0.15^40: the probability of being chosen every time, not never."""
+    return P_CHOOSE_6 ** EPOCHS_6
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 7, GPT: losses in nats, perplexities
 # ---------------------------------------------------------------------------------------------
 
@@ -433,6 +450,7 @@ EXERCISES: dict[str, Compute] = {
     "4.3": Compute(ex_4_3, {"rel": 0.002}, ex_4_3_wrong, "LayerNorm divides by the standard deviation over n, not n - 1"),
     "5.3": Compute(ex_5_3, {"rel": 0.005}, ex_5_3_wrong, "the entropy of the smoothed target, in nats; the target keeps its share eps/K too"),
     "5.4": Compute(ex_5_4, {"rel": 0.005}, ex_5_4_wrong, "the two branches of min() meet at step = warmup; keep the factor d^(-1/2)"),
+    "6.3": Compute(ex_6_3, {"rel": 0.005}, ex_6_3_wrong, "in each pass a token escapes with probability 1 - 0.15"),
     "7.3": Compute(ex_7_3, {"rel": 0.005}, ex_7_3_wrong, "the loss is in nats: perplexity = exp(loss)"),
     "7.4": Compute(ex_7_4, {"rel": 0.002}, ex_7_4_wrong, "cross-entropy of a uniform guess, with the natural logarithm"),
     "8.3": Compute(ex_8_3, {"rel": 0.002}, ex_8_3_wrong, "divide the logits by the temperature, then softmax"),
