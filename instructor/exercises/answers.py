@@ -441,6 +441,36 @@ def ex_14_3_wrong() -> float:
     return a * ex_14_2() ** -alpha
 
 
+# ---------------------------------------------------------------------------------------------
+# Chapter 15, beyond text: patches and preferences
+# ---------------------------------------------------------------------------------------------
+
+IMAGE_15, PATCH_15 = (768, 1024), 16
+MARGIN_15 = 0.85
+
+
+def ex_15_3() -> float:
+    """(768/16) * (1024/16) patches plus [CLS], squared: one score per query-key pair."""
+    n = (IMAGE_15[0] // PATCH_15) * (IMAGE_15[1] // PATCH_15) + 1
+    return n * n
+
+
+def ex_15_3_wrong() -> float:
+    """Forgetting the [CLS] token."""
+    n = (IMAGE_15[0] // PATCH_15) * (IMAGE_15[1] // PATCH_15)
+    return n * n
+
+
+def ex_15_4() -> float:
+    """Bradley-Terry: P(preferred) = sigmoid(r_w - r_l)."""
+    return 1 / (1 + math.exp(-MARGIN_15))
+
+
+def ex_15_4_wrong() -> float:
+    """The sign flipped: the probability that the other answer wins."""
+    return 1 / (1 + math.exp(MARGIN_15))
+
+
 EXERCISES: dict[str, Compute] = {
     "1.3": Compute(ex_1_3, {"rel": 0.005}, ex_1_3_wrong, "the weights are softmax(-c / lambda): divide by lambda"),
     "1.4": Compute(ex_1_4, {"rel": 0.005}, ex_1_4_wrong, "use the natural logarithm (nats, not bits)"),
@@ -458,6 +488,8 @@ EXERCISES: dict[str, Compute] = {
     "9.3": Compute(ex_9_3, {"rel": 0.002}, ex_9_3_wrong, "the update is scaled by alpha / r"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
     "12.3": Compute(ex_12_3, {"rel": 0.002}, ex_12_3_wrong, "count the matrices of each network: SwiGLU has a gate"),
+    "15.3": Compute(ex_15_3, {"exact": True}, ex_15_3_wrong, "count the patches, add the [CLS] token, then one score per pair"),
+    "15.4": Compute(ex_15_4, {"rel": 0.002}, ex_15_4_wrong, "sigmoid of the preferred answer's reward minus the other's"),
     "13.2": Compute(ex_13_2, {"rel": 0.005}, ex_13_2_wrong,
                     "encode the held-out text with your merges, applied in the order they were learned"),
     "13.3": Compute(ex_13_3, {"rel": 0.005}, ex_13_3_wrong, "average over the merged symbols only, not the 256 bytes"),
