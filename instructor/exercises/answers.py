@@ -268,6 +268,23 @@ def ex_9_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 10, scale arithmetic: when the key-value cache outweighs the model
+# ---------------------------------------------------------------------------------------------
+
+D_10, HEADS_10, KV_HEADS_10 = 8192, 64, 8
+
+
+def ex_10_3() -> float:
+    """Weights 12 L d^2, cache 2 L (d * n_kv / n_head) per token: equal at T B = 6 d n_head / n_kv."""
+    return 6 * D_10 * HEADS_10 // KV_HEADS_10
+
+
+def ex_10_3_wrong() -> float:
+    """As if every query head kept its own keys and values."""
+    return 6 * D_10
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 11, positions beyond sinusoids: RoPE's longest wavelength
 # ---------------------------------------------------------------------------------------------
 
@@ -486,6 +503,7 @@ EXERCISES: dict[str, Compute] = {
     "8.3": Compute(ex_8_3, {"rel": 0.002}, ex_8_3_wrong, "divide the logits by the temperature, then softmax"),
     "8.4": Compute(ex_8_4, {"rel": 0.005}, ex_8_4_wrong, "the truncated distribution is p / (mass kept) on the kept tokens"),
     "9.3": Compute(ex_9_3, {"rel": 0.002}, ex_9_3_wrong, "the update is scaled by alpha / r"),
+    "10.3": Compute(ex_10_3, {"exact": True}, ex_10_3_wrong, "the cache stores keys and values of the key-value heads only"),
     "11.3": Compute(ex_11_3, {"rel": 0.005}, ex_11_3_wrong, "theta_i = base^(-2i/d_h) with the model's base"),
     "12.3": Compute(ex_12_3, {"rel": 0.002}, ex_12_3_wrong, "count the matrices of each network: SwiGLU has a gate"),
     "15.3": Compute(ex_15_3, {"exact": True}, ex_15_3_wrong, "count the patches, add the [CLS] token, then one score per pair"),
