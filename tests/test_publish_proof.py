@@ -180,7 +180,7 @@ def test_an_answer_written_anywhere_in_a_form_a_student_might_search_is_caught(c
     answers = exercise_answers(ROOT)
     written = {}
     for i, (name, value) in enumerate(sorted(answers.items())):
-        text = {"digits": repr(value), "separated": f"{value:,.2f}" if abs(value) >= 100 else f"{value:,.4f}", "rounded": f"{value:.4g}",
+        text = {"digits": repr(value), "separated": f"{value:,.2f}" if abs(value) >= 100 else f"{value:,.6f}", "rounded": f"{value:.4g}",
                 "scientific": f"{value:.3e}", "mantissa": f"{value:.4e}".replace("e+0", "e").replace("e+", "e")}[form]
         written[name] = text
         page = planted / "book" / "14_tokenisation.ipynb"
