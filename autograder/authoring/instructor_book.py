@@ -57,33 +57,39 @@ def instructor_toc(root: Path) -> dict:
     return toc
 
 
-def instructor_config(root: Path) -> dict:
-    """_config.yml, with the execution cache of the student build (so nothing runs twice)."""
+def instructor_config(root: Path, execute: bool = True) -> dict:
+    """_config.yml, with the execution cache of the student build (so nothing runs twice);
+    ``execute=False`` builds the pages as they are, without running them (a quick check of the
+    exercises and solutions, whose glued numbers are then missing)."""
     import yaml
 
     config = yaml.safe_load((Path(root) / "_config.yml").read_text(encoding="utf-8"))
     config.setdefault("execute", {})["cache"] = str((Path(root) / "_build" / ".jupyter_cache").resolve())
+    if not execute:
+        config["execute"]["execute_notebooks"] = "off"
     config["title"] = f"{config.get('title', 'The course')} (instructor edition, with solutions)"
     return config
 
 
-def build(root: Path, extra: list[str] | None = None) -> Path:
-    """Write the instructor table of contents and configuration, then build; returns the HTML folder."""
+def build(root: Path, extra: list[str] | None = None, out: Path | None = None, execute: bool = True) -> Path:
+    """Write the instructor table of contents and configuration, then build into ``out`` (default
+    ``_build/instructor``); returns the HTML folder."""
     import yaml
 
     root = Path(root).resolve()
     problems = missing_solutions(root)
     if problems:
         raise InstructorBookError(f"{len(problems)} exercise(s) and solutions do not match:\n" + "\n".join(problems))
-    out = root / OUT
+    out = Path(out) if out is not None else root / OUT
     out.mkdir(parents=True, exist_ok=True)
     (out / "_toc.yml").write_text(yaml.safe_dump(instructor_toc(root), sort_keys=False), encoding="utf-8")
-    (out / "_config.yml").write_text(yaml.safe_dump(instructor_config(root), sort_keys=False), encoding="utf-8")
+    (out / "_config.yml").write_text(yaml.safe_dump(instructor_config(root, execute), sort_keys=False),
+                                     encoding="utf-8")
     book = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or shutil.which("jupyter-book")
     if book is None:
         raise InstructorBookError("jupyter-book is not installed (bash scripts/env.sh installs requirements.txt)")
     cmd = [book, "build", str(root), "--toc", str(out / "_toc.yml"), "--config", str(out / "_config.yml"),
            "--path-output", str(out), *(extra or [])]
-    if subprocess.run(cmd, cwd=root).returncode:
+    if subprocess.run(cmd, cwd=root, stdout=None if execute else subprocess.DEVNULL).returncode:
         raise InstructorBookError("the instructor build of the book failed (its output is above)")
     return out / "_build" / "html"
