@@ -100,7 +100,7 @@ def run(code: str, **names) -> tuple[dict, list[str]]:
 
 def test_flashattention_traffic_stays_quadratic_only_extra_memory_is_linear():
     # Dao et al. 2022, Theorem 2: Theta(T d + T^2) HBM accesses written out, Theta(T^2 d^2 / M) fused
-    text = prose(page("13_inference.ipynb"))
+    text = prose(page("12_inference.ipynb"))
     never_says(text, "O(T d_h)", "traffic and the extra memory drop")
     says(text, r"\\Theta\(T d_h \+ T\^2\)[^.]*\\Theta\(T\^2 d_h\^2 / M\)")
     says(text, r"traffic[^.]*stays quadratic in \$T\$")
@@ -113,7 +113,7 @@ def test_flashattention_traffic_stays_quadratic_only_extra_memory_is_linear():
 
 
 def test_gpt3_cache_is_computed_at_its_own_context_of_2048_tokens():
-    nb = page("13_inference.ipynb")
+    nb = page("12_inference.ipynb")
     code = picked(source(nb, "p13-published"),
                   {"PUBLISHED", "BYTES", "cache_bytes", "GPT3_CONTEXT", "p13_gpt3_T", "p13_gpt3_gib"})
     glued, _ = run(code)
@@ -130,7 +130,7 @@ def test_gpt3_cache_is_computed_at_its_own_context_of_2048_tokens():
 
 
 def test_rmsnorm_equals_layernorm_on_centred_inputs_only_with_equal_gains_and_no_bias():
-    nb = page("13_inference.ipynb")
+    nb = page("12_inference.ipynb")
     text = prose(nb)
     never_says(text, "When the mean of $x$ is zero the two agree.")
     says(text, r"mean of \$x\$ is zero[^.]*gains are equal and LayerNorm's bias \$\\beta\$ is zero")
@@ -150,7 +150,7 @@ def test_rmsnorm_equals_layernorm_on_centred_inputs_only_with_equal_gains_and_no
 
 
 def test_bytes_use_the_length_ratio_of_the_window_and_its_square_in_attention():
-    nb = page("14_tokenisation.ipynb")
+    nb = page("13_tokenisation.ipynb")
     pd = pytest.importorskip("pandas")
     schemes = {"WordPiece (BERT)": None, "byte-level BPE (GPT-2)": None, "Unigram (T5)": None}
     n_articles, bytes_per_article, bpe_per_article = 10, 234, 59
@@ -176,7 +176,7 @@ def test_bytes_use_the_length_ratio_of_the_window_and_its_square_in_attention():
 
 def test_both_byte_level_bpe_and_unigram_put_the_space_on_the_next_word():
     pre_tokenizers = pytest.importorskip("tokenizers.pre_tokenizers")
-    text = prose(page("14_tokenisation.ipynb"))
+    text = prose(page("13_tokenisation.ipynb"))
     never_says(text, "keeps the space as its own symbol", "glues a space to the front of each word, Unigram")
     says(text, r"byte-level BPE and Unigram both keep the space and attach it to the front of the word")
     # what the page's two pre-tokenizers do (as configured in p14-train)
@@ -193,7 +193,7 @@ def test_bpe_ties_go_to_the_smallest_symbol_numbers_as_in_the_library():
     models = pytest.importorskip("tokenizers.models")
     from tokenizers import Tokenizer, pre_tokenizers, trainers
 
-    nb = page("14_tokenisation.ipynb")
+    nb = page("13_tokenisation.ipynb")
     text = prose(nb)
     never_says(text, "alphabetically first pair, which is also what the library does")
     says(text, r"code points[^.]*order it was made[^.]*smallest number")
@@ -236,7 +236,7 @@ def test_t5_keeps_distances_apart_up_to_7_with_16_buckets():
     last_exact = next(d for d in range(200) if reference.count(reference[d + 1]) > 1)
     assert last_exact == 7 and [d for d in range(200) if reference[d] == reference[8]] == [8, 9, 10]
 
-    nb = page("12_positions.ipynb")
+    nb = page("11_positions.ipynb")
     glued, alts = run(source(nb, "p12-shapes"), plt=plt, pos=pos)
     assert glued["p12_t5_last_exact"] == last_exact
     assert (glued["p12_t5_shared_lo"], glued["p12_t5_shared_hi"]) == (8, 10)
@@ -253,7 +253,7 @@ def test_t5_keeps_distances_apart_up_to_7_with_16_buckets():
 
 
 def test_attention_share_of_training_compute_is_t_over_6d():
-    nb = page("15_scaling.ipynb")
+    nb = page("14_scaling.ipynb")
     text = prose(nb)
     never_says(text, "small against $12d$", "147{,}456", r"T \ll 12d")
     says(text, r"12\\,L\\,T\\,d / 6N \\approx T/\(6d\)")
@@ -272,7 +272,7 @@ def test_attention_share_of_training_compute_is_t_over_6d():
 def test_photo_pairs_and_their_gigabytes_count_the_same_thing():
     from matplotlib import cbook
 
-    nb = page("11_beyond_text.ipynb")
+    nb = page("15_beyond_text.ipynb")
     with cbook.get_sample_data("grace_hopper.jpg") as fh:
         height, width = plt.imread(fh).shape[:2]
     n = (height // 16) * (width // 16) * 16 * 16  # the page crops the photograph to whole 16-pixel patches
@@ -308,7 +308,7 @@ def interleaved_reference(x, positions, base=10000.0):
 def test_both_rotary_layouts_are_taught_and_agree_under_the_permutation():
     from coursekit.gpt import positions as pos
 
-    nb = page("12_positions.ipynb")
+    nb = page("11_positions.ipynb")
     text = prose(nb)
     says(text, r"interleaved pairs")
     says(text, r"rotate-half")
@@ -364,3 +364,118 @@ def test_the_published_code_uses_the_layouts_the_page_names():
     code = (models / "gptj" / "modeling_gptj.py").read_text()
     body = code.split("def rotate_every_two(", 1)[1].split("\ndef ", 1)[0]
     assert "::2]" in body and "1::2]" in body and "torch.stack((-x2, x1)" in body
+
+
+# ------------------------------------------- 12: schemes compared over several runs (item 5)
+
+# found by its name, not its number: the chapters get renumbered
+POSITIONS = next(p.name for p in sorted(BOOK.glob("*_positions.ipynb")))
+P12_SCHEMES = ["learned", "sinusoidal", "t5", "alibi", "rope", "none"]
+
+
+def planted_losses(at_L: dict, rise: dict, L: int = 8, windows: int = 4) -> dict:
+    """Per-position losses (windows, 4L) for each (scheme, run) whose mean over the first L positions is
+    at_L[scheme][run] and whose mean over all 4L positions is that plus rise[scheme][run]."""
+    losses = {}
+    for scheme in at_L:
+        for seed, (short, change) in enumerate(zip(at_L[scheme], rise[scheme])):
+            row = torch.cat([torch.full((L,), short), torch.full((3 * L,), short + change * 4 / 3)])
+            losses[scheme, seed] = row.expand(windows, -1).double().clone()
+    return losses
+
+
+def p12_runs(at_L: dict, rise: dict, L: int = 8, unigram: float = 6.0) -> dict:
+    """What the page's cell p12-runs glues for runs whose losses at L and changes from L to 4L are given."""
+    pd = pytest.importorskip("pandas")
+    nb = page(POSITIONS)
+    code = picked(source(nb, "p12-experiment"), {"at_length"}) + "\n" + source(nb, "p12-runs")
+    seeds = len(at_L["learned"])
+    glued, _ = run(code, pd=pd, L=L, SEEDS=seeds, SCHEMES=P12_SCHEMES, losses=planted_losses(at_L, rise, L),
+                   unigram=unigram, params={s: 1000 for s in P12_SCHEMES})
+    return glued
+
+
+def spread(values) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def test_position_schemes_are_compared_over_several_runs_and_the_text_says_only_what_they_show():
+    nb = page(POSITIONS)
+    text = prose(nb)
+    never_says(text, "have to learn what the others get for free", "are therefore not evidence",
+               "agrees in direction", "`SEEDS = 1`", "a second RoPE run")
+    defaults = {t.id: ast.literal_eval(node.value) for node in ast.parse(source(nb, "p12-imports")).body
+                if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+                and t.id in ("SEEDS", "SCALE")}
+    assert defaults["SEEDS"] >= 3 and defaults["SCALE"] == 1
+    says(text, r"more than \{glue:text\}`p12_K:d` times the larger of their two spreads")
+    # every conclusion about the comparison is a sentence the page chose from its numbers
+    for name in ("p12_verdict_L", "p12_verdict_most", "p12_verdict_relative", "p12_interp_L", "p12_interp_4L"):
+        says(text, r"\{glue:text\}`" + name + "`")
+    # one run per scheme has no spread: the page refuses it in one line that names SEEDS
+    check = ast.unparse(ast.parse(source(nb, "p12-experiment")).body[0])
+    with pytest.raises(ValueError, match=r"^SEEDS must be .* at least 2"):
+        exec(check, {"SEEDS": 1})
+
+    # runs that separate clearly: small spread, absolute tables worse at L, sinusoids rising most
+    at_L = {"learned": [6.05, 6.06, 6.04], "sinusoidal": [6.07, 6.08, 6.06], "t5": [5.80, 5.81, 5.79],
+            "alibi": [5.82, 5.83, 5.81], "rope": [5.83, 5.82, 5.84], "none": [5.85, 5.86, 5.84]}
+    rise = {"learned": [0.02, 0.03, 0.025], "sinusoidal": [0.40, 0.42, 0.41], "t5": [-0.02, -0.01, -0.015],
+            "alibi": [-0.03, -0.01, -0.02], "rope": [0.01, -0.01, 0.0], "none": [-0.01, 0.01, -0.005]}
+    glued = p12_runs(at_L, rise)
+    lead = min(sum(at_L[a]) / 3 for a in ("learned", "sinusoidal")) - max(
+        sum(at_L[r]) / 3 for r in ("t5", "alibi", "rope", "none"))
+    assert glued["p12_verdict_L"].startswith("each scheme without an absolute table reaches a lower mean loss")
+    assert f"by at least {lead:.2f} nats, and every such pair is more than 3 spreads apart" in glued["p12_verdict_L"]
+    # against the context-free guess of 6.0: t5's mean of 5.80 and sinusoidal's 6.07
+    assert glued["p12_vs_unigram"] == ("the best is 0.20 nats below that context-free guess, the worst 0.07 nats "
+                                       "above it")
+    assert p12_runs(at_L, rise, unigram=5.5)["p12_vs_unigram"] == "none of them is below that context-free guess"
+    assert glued["p12_most"] == "sinusoidal"
+    assert glued["p12_verdict_most"] == ("the sinusoidal model's loss rises most from the short windows to the long "
+                                         f"ones (+0.410 ± {spread(rise['sinusoidal']):.3f} nats), more than 3 spreads "
+                                         "above every other scheme")
+    assert glued["p12_verdict_relative"] == ("no two of them differ by more than 3 spreads, so these runs do not "
+                                             "rank them")
+    assert glued["p12_rel_lo"] == pytest.approx(-0.02) and glued["p12_rel_hi"] == pytest.approx(0.0, abs=1e-9)
+    assert glued["p12_spread_hi"] == pytest.approx(max(spread(v) for q in (at_L, rise) for v in q.values()))
+
+    # the same means with runs ten times as far apart: nothing may be claimed any more
+    wide = lambda q: {s: [sum(v) / 3 + 10 * (x - sum(v) / 3) for x in v] for s, v in q.items()}
+    noisy = p12_runs(wide(at_L), {**wide(rise), "sinusoidal": [0.0, 0.6, 0.63]})
+    assert noisy["p12_verdict_L"].endswith("but not every such pair is more than 3 spreads apart")
+    assert noisy["p12_most"] == "sinusoidal"
+    assert noisy["p12_verdict_most"].endswith("but within 3 spreads of every other scheme, so the runs do not "
+                                              "single it out")
+    # a ranking appears only where two runs' sets really differ, and the lower one is named first
+    ranked = p12_runs(at_L, {**rise, "none": [0.38, 0.40, 0.36]})
+    assert ranked["p12_verdict_relative"] == ("of their pairs, these runs tell apart only t5 (lower) from none, "
+                                              "alibi (lower) from none and rope (lower) from none: more than 3 spreads")
+    assert ranked["p12_verdict_most"].endswith("more than 3 spreads above learned, t5, alibi and rope, but within "
+                                               "3 spreads of none")
+    # absolute tables no worse: the page must not claim the others are lower; all falling: "falls least"
+    falling = {s: [-0.05 - i / 100] * 3 for i, s in enumerate(P12_SCHEMES)} | {"learned": [-0.04, -0.05, -0.03]}
+    flipped = p12_runs({**at_L, "learned": [5.70, 5.71, 5.69]}, falling)
+    assert flipped["p12_verdict_L"].startswith("the schemes with an absolute table and those without overlap")
+    assert flipped["p12_verdict_most"].startswith("the learned model's loss falls least")
+
+
+def test_position_interpolation_is_judged_against_the_spread_of_the_rope_runs():
+    nb = page(POSITIONS)
+    L, seeds = 8, 3
+    helpers = picked(source(nb, "p12-experiment"), {"at_length"}) + "\n" + picked(
+        source(nb, "p12-runs"), {"K", "over_runs", "effect"})
+    code = helpers + "\n" + picked(source(nb, "p12-interpolation"),
+                                   {"shift_L", "shift_4L", "p12_interp_L", "p12_interp_4L"})
+    as_is = {"rope": [5.80, 5.82, 5.84]}
+    rope = planted_losses(as_is, {"rope": [0.0, 0.0, 0.0]}, L)
+    # squeezed positions cost 0.2 nats within L in every run (clear); over 4L, +-0.04 around +0.01 (unclear)
+    interpolated = planted_losses({"rope": [6.00, 6.02, 6.04]}, {"rope": [-0.19, -0.23, -0.15]}, L)
+    glued, _ = run(code, L=L, SEEDS=seeds, losses=rope,
+                   interpolated={seed: interpolated["rope", seed] for seed in range(seeds)})
+    assert glued["p12_interp_L"] == "raises the loss by 0.200 ± 0.000 nats, more than 3 spreads"
+    assert glued["p12_interp_4L"] == (f"changes the loss by +0.010 ± {spread([0.01, -0.03, 0.05]):.3f} nats, "
+                                      "within 3 spreads of no change")
+    says(prose(nb), r"over the first \$L\$ tokens it \{glue:text\}`p12_interp_L`, and over all \$4L\$ tokens it "
+                    r"\{glue:text\}`p12_interp_4L`")
