@@ -1,4 +1,4 @@
-"""Command line: ``python -m autograder {release,collect,grade,handgrade,export,publish} ...``."""
+"""Command line: ``python -m autograder {release,collect,grade,handgrade,export,publish,instructor-book} ...``."""
 from __future__ import annotations
 
 import argparse
@@ -332,6 +332,19 @@ def _cmd_publish(args) -> int:
     return 0
 
 
+def _cmd_instructor_book(args) -> int:
+    from autograder import ROOT
+    from autograder.authoring.instructor_book import InstructorBookError, build
+
+    try:
+        html = build(ROOT, ["--keep-going"] + (["--warningiserror"] if args.strict else []))
+    except InstructorBookError as exc:
+        raise CliError(str(exc)) from None
+    print(f"the instructor book, with every exercise's worked solution, is in {html}; it is for instructors "
+          "only: never publish it")
+    return 0
+
+
 def _grading_dir_option(p) -> None:
     p.add_argument("--grading-dir", type=Path, default=None, help="gradebook and nbgrader folders (default: grading/)")
 
@@ -502,6 +515,13 @@ def main(argv: list[str] | None = None) -> int:
                               "cd ../course-student && bash scripts/build.sh")
     p.add_argument("dest", help="an empty folder (or a fresh clone of the student repository)")
     p.set_defaults(func=_cmd_publish)
+
+    p = sub.add_parser("instructor-book", formatter_class=_Help,
+                       help="build the book with the exercises' worked solutions (instructors only) into "
+                            "_build/instructor/_build/html",
+                       epilog="example: python -m autograder instructor-book")
+    p.add_argument("--strict", action="store_true", help="stop at any warning, as scripts/build.sh does")
+    p.set_defaults(func=_cmd_instructor_book)
 
     args = parser.parse_args(argv)
     from autograder.text.visible import visible_output

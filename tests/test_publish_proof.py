@@ -154,3 +154,52 @@ def test_binary_and_archive_files_publish_only_when_listed_with_their_checksum(t
         f.write(f"{hashlib.sha256(blob).hexdigest()}  weights.bin\n")
     publish(tmp_path / "d", fork)
     assert (tmp_path / "d" / "data" / "weights.bin").read_bytes() == blob
+
+
+# ------------------------------------------------------------ the exercises' solutions and answers (issue 38)
+
+def test_the_student_course_holds_no_exercise_solution_and_no_answer(course, found):
+    """The exercises are published (every chapter page ends with its own), their worked solutions
+    and their answers are not: no file of instructor/, no {solution} directive, no answer in any form."""
+    from autograder.authoring.publish import answers_found, exercise_answers, solutions_found
+
+    answers = exercise_answers(ROOT)
+    assert answers, "instructor/exercises/answers.json lists the compute exercises' answers"
+    assert not (course / "instructor").exists()
+    pages = sorted((course / "book").glob("*.ipynb"))
+    assert pages and all("{exercise}" in p.read_text() for p in pages if p.name[:2].isdigit())
+    assert answers_found(course, answers) == []
+    assert solutions_found(course) == []
+
+
+@pytest.mark.parametrize("form", ["digits", "separated", "rounded", "scientific", "mantissa"])
+def test_an_answer_written_anywhere_in_a_form_a_student_might_search_is_caught(course, tmp_path, form):
+    from autograder.authoring.publish import answers_found, exercise_answers
+
+    planted = _planted(course, tmp_path)
+    answers = exercise_answers(ROOT)
+    written = {}
+    for i, (name, value) in enumerate(sorted(answers.items())):
+        text = {"digits": repr(value), "separated": f"{value:,.2f}" if abs(value) >= 100 else f"{value:,.6f}", "rounded": f"{value:.4g}",
+                "scientific": f"{value:.3e}", "mantissa": f"{value:.4e}".replace("e+0", "e").replace("e+", "e")}[form]
+        written[name] = text
+        page = sorted((planted / "book").glob("*.ipynb"))[0]
+        nb = nbformat.read(page, as_version=4)
+        nb.cells[-1].metadata[f"note{i}"] = f"(the answer is {text}.)"  # in metadata, as anywhere
+        nbformat.write(nb, page)
+    caught = answers_found(planted, answers)
+    assert {line.split("'s answer")[0].rsplit(" ", 1)[1] for line in caught} == set(answers), (written, caught)
+
+
+def test_a_solution_page_or_its_code_copied_into_the_course_is_caught(course, tmp_path, found):
+    from autograder.authoring.publish import solutions_found
+
+    planted = _planted(course, tmp_path)
+    solutions = ROOT / "instructor" / "exercises"
+    page = (solutions / "scaling.md").read_text()
+    (planted / "book" / "notes.md").write_text(page.replace("````{solution}", "Notes on"))  # the directive gone
+    (planted / "coursekit" / "bpe.py").write_text(_reformat((solutions / "answers.py").read_text()))
+    (planted / "book" / "more.md").write_text("```{solution} ex-13-1\nsee the lecture\n```\n")
+    where = {k.split(":")[0] for k in leaks(planted, found)}
+    assert {"book/notes.md", "coursekit/bpe.py"} <= where, where
+    assert [k.split(":")[0] for k in solutions_found(planted)] == ["book/more.md"]

@@ -20,7 +20,11 @@ list with its sha256.  After writing, it proves every file it wrote: UTF-8 text 
 archive only as a data file listed in ``data/MANIFEST``), scanned, every string of a notebook or
 JSON file included (metadata, outputs, attachments), for a line of a hidden test or a mark
 scheme, three lines of a solution, or a run of ``RUN`` normalised tokens of one (``tokenize``;
-comments, layout and names do not matter), and it refuses the result if it finds one.
+comments, layout and names do not matter), and it refuses the result if it finds one.  The same
+holds for the worked solutions of the book's exercises (``instructor/exercises/``: a line of a
+solution page, a run of its code, a ``{solution}`` directive), and for the answer of every compute
+exercise (``answers.json``) in any form a student might search for (``answer_forms``: digits,
+rounded, scientific).
 """
 from __future__ import annotations
 
@@ -56,6 +60,11 @@ NOT_FOR_STUDENTS = {"nbgrader", "sqlalchemy", "pyyaml", "distributed", "dask-job
                     "pytest-xdist", "nh3", "defusedcsv", "latex2mathml", "fastapi", "uvicorn", "import-linter"}
 
 _SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
+# the exercises' worked solutions and answers (autograder/authoring/instructor_book.py): never published
+EXERCISE_SOLUTIONS = Path("instructor") / "exercises"
+EXERCISE_ANSWERS = EXERCISE_SOLUTIONS / "answers.json"
+_DIRECTIVE_LINE = re.compile(r"^(`{3,}|:{3,})(\{[\w-]+\}.*)?$|^:[\w-]+:")  # a fence, or a directive's option
+_SOLUTION_DIRECTIVE = re.compile(r"(`{3,}|:{3,})\{solution(-start)?\}|\.\. solution::")
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
 
 
@@ -182,6 +191,18 @@ def secrets(root: Path = ROOT, min_len: int = 12) -> Secrets:
                 public.update(_norm(given))
                 if code:
                     public_runs |= _runs(given)[0]
+    # the worked solutions of the book's exercises (instructor/exercises/): every line of prose or
+    # code that is not a directive, and every run of tokens of their code
+    for path in sorted((root / EXERCISE_SOLUTIONS).glob("*.md")):
+        lines.update(ln for ln in _norm(path.read_text(encoding="utf-8"))
+                     if len(ln) >= min_len and not _DIRECTIVE_LINE.match(ln))
+    for path in sorted((root / EXERCISE_SOLUTIONS).glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        code_lines = [ln for ln in _norm(text) if not ln.startswith("#")]
+        windows.update(tuple(code_lines[i:i + WINDOW]) for i in range(len(code_lines) - WINDOW + 1))
+        found = _runs(text)
+        runs |= found[0]
+        shapes |= found[1]
     return Secrets(lines - public, windows, runs - public_runs, shapes)
 
 
@@ -272,9 +293,88 @@ def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
     return sorted(set(found))
 
 
+def exercise_answers(root: Path = ROOT) -> dict[str, float]:
+    """The answers of the book's compute exercises (instructor/exercises/answers.json, which
+    tests/test_exercises.py checks against the worked solutions)."""
+    path = Path(root) / EXERCISE_ANSWERS
+    if not path.is_file():
+        return {}
+    return {str(k): float(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def _significant(form: str) -> int:
+    mantissa = re.split(r"[eE]", form)[0]
+    return len(re.sub(r"[^0-9]", "", mantissa).lstrip("0"))
+
+
+def answer_forms(value: float, min_digits: int = 3) -> set[str]:
+    """How an answer may be written where a student could search for it: its digits (plain and
+    with thousands separators), rounded to 1-6 decimals and to 2-8 significant digits, and in
+    scientific notation (``2.89e9``, ``2.89e+09``, ``2.89E+09``), and for a large number its
+    mantissa in thousands, millions, billions or trillions (``2.89`` billion); a negative answer also
+    without its sign.  Forms of fewer
+    than ``min_digits`` significant digits (``2``, ``1.8``) are left out: they occur everywhere."""
+    forms = {repr(value), f"{value:g}"}
+    if float(value).is_integer():
+        forms |= {str(int(value)), f"{int(value):,}"}
+    for k in range(0, 7):
+        forms |= {f"{value:.{k}f}", f"{value:,.{k}f}"}
+    for k in range(2, 9):
+        forms.add(f"{value:.{k}g}")
+    for k in range(1, 5):
+        e = f"{value:.{k}e}"
+        mantissa, exp = e.split("e")
+        n = int(exp)
+        forms |= {e, e.upper(), f"{mantissa}e{n}", f"{mantissa}E{n}", f"{mantissa}e+{n}" if n >= 0 else e}
+    for power in (3, 6, 9, 12):
+        if abs(value) >= 10 ** power:
+            forms |= {f"{value / 10 ** power:.{k}f}" for k in range(1, 4)}
+    if value < 0:  # a student may search without the sign
+        forms |= answer_forms(-value, min_digits)
+    return {f for f in forms if _significant(f) >= min_digits}
+
+
+def answers_found(tree: Path, answers: dict[str, float]) -> list[str]:
+    """'file: exercise N's answer as FORM' for every answer of a compute exercise, in any form of
+    ``answer_forms``, in a text file of ``tree`` (a number, not part of a longer one or of a word)."""
+    patterns = {name: re.compile(r"(?<![\w.])(" + "|".join(re.escape(f) for f in sorted(answer_forms(v), key=len,
+                                                                                          reverse=True))
+                                 + r")(?![\w]|\.\d)") for name, v in answers.items()}
+    found = []
+    for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
+        if any(part in (".venv", ".git") for part in path.parts):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        rel = path.relative_to(tree)
+        for piece in _texts(path, text):
+            for name, pattern in patterns.items():
+                m = pattern.search(piece)
+                if m:
+                    found.append(f"{rel}: exercise {name}'s answer as {m.group(1)}")
+    return sorted(set(found))
+
+
+def solutions_found(tree: Path) -> list[str]:
+    """'file: ...' for every {solution} directive in a text file of ``tree``."""
+    found = []
+    for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for piece in _texts(path, text):
+            m = _SOLUTION_DIRECTIVE.search(piece)
+            if m:
+                found.append(f"{path.relative_to(tree)}: a solution directive ({m.group(0)})")
+    return sorted(set(found))
+
+
 PROVABLE_DIRS = ("exercises", "book")
 _MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN MARK SCHEME",
-            "Mark scheme (graders only)")
+            "Mark scheme (graders only)", "{solution}", "{solution-start}")
 
 
 def _ignored(rel: Path) -> bool:
@@ -649,9 +749,13 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
         written = unproven_written(stage, root)
         if written:
             raise PublishError(f"cannot prove {len(written)} written file(s) clean:\n" + "\n".join(written[:20]))
-        found = leaks(stage, secrets(root))
+        found = leaks(stage, secrets(root)) + solutions_found(stage)
         if found:
             raise PublishError("the student course would show solutions or hidden tests:\n" + "\n".join(found[:20]))
+        found = answers_found(stage, exercise_answers(root))
+        if found:
+            raise PublishError("the student course would show the answer of a compute exercise (its self-check "
+                               "holds only a salted hash):\n" + "\n".join(found[:20]))
         new = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
         old = set((dest / MANIFEST).read_text().split("\n")) - {""} if (dest / MANIFEST).exists() else set()
         dest.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,9 @@
 * the README's grading-steps table (points graded automatically and by hand, from the nbgrader
   metadata of each source notebook), between ``<!-- grading-steps:start -->`` and
   ``<!-- grading-steps:end -->``;
-* the Colab grading notebook's default course repository (the *instructor* one).
+* the Colab grading notebook's default course repository (the *instructor* one);
+* the list of every chapter's exercises on ``book/assignments.md`` (``autograder.course.exercises``),
+  between ``<!-- exercises:start -->`` and ``<!-- exercises:end -->``.
 
 So moving the course to other repositories is one edit of ``course.yml`` and one release.
 """
@@ -21,10 +23,12 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import graded_cells
+from autograder.course.exercises import exercises_table
 from autograder.course.model import Course, load
 
 SETUP_MARK = "# Setup: works on Colab, in JupyterLab and offline. Installs only what is missing."
 TABLE_START, TABLE_END = "<!-- assignments:start -->", "<!-- assignments:end -->"
+EXERCISES_START, EXERCISES_END = "<!-- exercises:start -->", "<!-- exercises:end -->"
 STEPS_START, STEPS_END = "<!-- grading-steps:start -->", "<!-- grading-steps:end -->"
 
 
@@ -182,8 +186,9 @@ def stamp(root: Path | None = None, course: Course | None = None, write: bool = 
     t = targets(root)
     readme = _between(t["readme"].read_text(encoding="utf-8"), readme_table(course), "README.md")
     update(t["readme"], _between(readme, grading_steps_table(course), "README.md", STEPS_START, STEPS_END))
-    update(t["book_table"], _between(t["book_table"].read_text(encoding="utf-8"), book_table(course),
-                                     "book/assignments.md"))
+    book_page = _between(t["book_table"].read_text(encoding="utf-8"), book_table(course), "book/assignments.md")
+    update(t["book_table"], _between(book_page, exercises_table(root), "book/assignments.md", EXERCISES_START,
+                                     EXERCISES_END))
     update(t["config"], _config_yml(t["config"].read_text(encoding="utf-8"), course))
     update(t["module"], course_module(course))
     if t["grader"].exists():
