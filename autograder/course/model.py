@@ -141,7 +141,7 @@ def _grading(data, where: str, base: Grading) -> Grading:
     for key in _LIMITS:
         if key in data:
             value = _expect(data[key], int, f"{where}.{key}")
-            if value <= 0:
+            if value < 0 or (value == 0 and key != "judge_memory_mb"):  # 0 turns the judge's memory limit off
                 raise CourseFileError(f"{COURSE_FILE}: {where}.{key} must be positive")
             out = replace(out, **{key: value})
     if "env" in data:
