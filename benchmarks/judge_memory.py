@@ -3,12 +3,12 @@
 Prints (1) the data segment (``VmData``, what ``RLIMIT_DATA`` counts) of a process that has loaded
 what a grading worker loads (torch, nbgrader's autograde app, jupyter_client, pyzmq) and, with
 ``--assignment``, that assignment's judge context (the cells the judge runs before the tests);
-(2) whether torch computes under ``judge_memory_mb`` (``autograder.judge.budget``): a matmul, a
-small tensor, and the allocation a hostile value asks for (``torch.bincount`` of a huge id), which
-must fail in the test and leave the process as it was.  On a GPU machine, ``--device cuda`` also
+(2) whether torch computes under the limit a test runs with (``autograder.judge.budget``: the data
+segment at its start plus ``test_memory_mb``): a matmul, and the allocation a hostile value asks
+for (``torch.bincount`` of a huge id), which must fail in the test and leave the process as it was.  On a GPU machine, ``--device cuda`` also
 starts CUDA under the limit.  (docs/GRADING.md, "What one test may take".)
 
-    python benchmarks/judge_memory.py [--assignment attention] [--limit-mb 3072] [--device cuda]
+    python benchmarks/judge_memory.py [--assignment attention] [--limit-mb 2048] [--device cuda]
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def mib(n: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--assignment", default="", help="also run this assignment's judge context")
-    ap.add_argument("--limit-mb", type=int, default=0, help="the limit to try (default: the course's)")
+    ap.add_argument("--limit-mb", type=int, default=0, help="what a test may add (default: the course's)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
 
@@ -47,7 +47,7 @@ def main() -> None:
         nb = nbformat.read(ROOT / SOURCE_DIR / spec.id / spec.notebook, as_version=4)
         judge_namespace(context_sources(nb, list(spec.judge_context)), args.device)
         print(f"data segment with {args.assignment}'s judge context: {mib(data_segment())}")
-    limit = (args.limit_mb or Grading().judge_memory_mb) << 20
+    limit = data_segment() + ((args.limit_mb or Grading().test_memory_mb) << 20)
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     try:

@@ -25,7 +25,7 @@ from tamper_corpus import BUDGET_REASONS, SOURCE, cases
 SANDBOX = sandbox.bwrap_works()
 # what one test may take (autograder.judge.budget), small enough that the budget cases stop in seconds;
 # an honest test of this notebook takes well under a second and a few kB
-BUDGET = dict(test_timeout=20, test_mb=256, judge_memory_mb=1536)
+BUDGET = dict(test_timeout=20, test_mb=256, test_memory_mb=1024)
 
 
 class _Listener:

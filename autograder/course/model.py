@@ -51,7 +51,7 @@ class Grading:
     test_timeout: int = 600        # seconds per test: its requests and its own arithmetic together
     test_items: int = 10_000       # requests a test makes (and calls back to it)
     test_mb: int = 1024            # MiB a test takes from the kernel, all its replies together
-    judge_memory_mb: int = 3072    # the grading process's data segment while a test runs
+    test_memory_mb: int = 2048     # MiB a test may add to the grading process's data segment
     env: dict = field(default_factory=dict)
 
 
@@ -129,7 +129,7 @@ def _repo(data, where: str) -> Repository:
 
 
 _LIMITS = ("cell_timeout", "notebook_timeout", "memory_mb", "test_timeout", "test_items", "test_mb",
-           "judge_memory_mb")
+           "test_memory_mb")
 
 
 def _grading(data, where: str, base: Grading) -> Grading:
@@ -141,7 +141,7 @@ def _grading(data, where: str, base: Grading) -> Grading:
     for key in _LIMITS:
         if key in data:
             value = _expect(data[key], int, f"{where}.{key}")
-            if value < 0 or (value == 0 and key != "judge_memory_mb"):  # 0 turns the judge's memory limit off
+            if value < 0 or (value == 0 and key != "test_memory_mb"):  # 0 turns the memory limit off
                 raise CourseFileError(f"{COURSE_FILE}: {where}.{key} must be positive")
             out = replace(out, **{key: value})
     if "env" in data:

@@ -28,7 +28,7 @@ class GradingSettings:
     test_timeout: int = _DEFAULTS.test_timeout        # seconds per test (autograder.judge.budget)
     test_items: int = _DEFAULTS.test_items            # requests per test
     test_mb: int = _DEFAULTS.test_mb                  # MiB of replies per test
-    judge_memory_mb: int = _DEFAULTS.judge_memory_mb  # the grading process's memory while a test runs
+    test_memory_mb: int = _DEFAULTS.test_memory_mb    # MiB a test may add to the grading process's memory
     workers: int = 0                 # 0: one per CPU core
     sandbox: str = "auto"            # auto (bubblewrap when it works, else a warning), on, off
     max_restarts: int = 4            # fresh kernels after a crash or an unstoppable cell
@@ -47,7 +47,7 @@ class GradingSettings:
         g = assignment.grading
         base = cls(cell_timeout=g.cell_timeout, notebook_timeout=g.notebook_timeout, memory_mb=g.memory_mb,
                    tmp_mb=g.tmp_mb, work_mb=g.work_mb, file_mb=g.file_mb, test_timeout=g.test_timeout,
-                   test_items=g.test_items, test_mb=g.test_mb, judge_memory_mb=g.judge_memory_mb, env=dict(g.env),
+                   test_items=g.test_items, test_mb=g.test_mb, test_memory_mb=g.test_memory_mb, env=dict(g.env),
                    judge_context=tuple(assignment.judge_context), models=tuple(assignment.models))
         return base.with_(**overrides)
 

@@ -13,8 +13,10 @@ on student values (``torch.bincount`` of a huge id) can take any amount of the g
 * **time**: one wall clock for the test, its requests and its own arithmetic together, never past
   the notebook's own deadline (each request gets what is left of both, not a fresh cell limit);
 * **memory**: while a test runs, the grading process's data segment (``RLIMIT_DATA``: the heap
-  and private writable mappings, torch's tensors included) is limited; an allocation past it
-  fails in the test, and a request is not made unless a reply of the largest size still fits.
+  and private writable mappings, torch's tensors included) may grow by at most ``memory_mb`` over
+  what it was when the test started (the judge's context takes 0.3 GiB for one assignment, 1.6 GiB
+  for another: ``benchmarks/judge_memory.py``); an allocation past it fails in the test, and a
+  request is not made unless a reply of the largest size still fits.
 
 A breach is sticky: once a test has passed a limit, every later request of it fails at once (so a
 test that catches exceptions cannot go on pulling), and the runner records the test as failed,
@@ -52,18 +54,19 @@ class TestLimitExceeded(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """One test's limits (``GradingSettings`` carries them; 0 turns the memory limit off)."""
+    """One test's limits (``GradingSettings`` carries them; ``memory_mb``: what a test may add to
+    the process's data segment, 0 turns the memory limit off)."""
 
     __test__ = False
 
     seconds: float = _DEFAULTS.test_timeout
     items: int = _DEFAULTS.test_items
     mb: int = _DEFAULTS.test_mb
-    memory_mb: int = _DEFAULTS.judge_memory_mb
+    memory_mb: int = _DEFAULTS.test_memory_mb
 
     @classmethod
     def of(cls, settings) -> "Limits":
-        return cls(settings.test_timeout, settings.test_items, settings.test_mb, settings.judge_memory_mb)
+        return cls(settings.test_timeout, settings.test_items, settings.test_mb, settings.test_memory_mb)
 
 
 def data_segment() -> int:
@@ -97,6 +100,7 @@ class TestBudget:
         self.breach = ""
         self.items = self.bytes = 0
         self.deadline = float("inf")
+        self.memory_limit = 0  # bytes of data segment, while a test runs (0: none)
         self.in_request = False
 
     def __getattr__(self, name):
@@ -126,8 +130,9 @@ class TestBudget:
             self._fail(f"the test asked the notebook's code for more than {self.limits.items:,d} items")
         if self.bytes > self.limits.mb << 20:
             self._fail(f"the test took more than {self.limits.mb:,d} MiB from the notebook's code")
-        if self.limits.memory_mb and data_segment() + HEADROOM > self.limits.memory_mb << 20:
-            self._fail(f"the test used more than the grader's {self.limits.memory_mb:,d} MiB of memory")
+        if self.memory_limit and data_segment() + HEADROOM > self.memory_limit:
+            self._fail(f"the test used more than the {self.limits.memory_mb:,d} MiB of the grader's memory "
+                       "a test may take")
 
     def request(self, payload: str, timeout: float, on_callback):
         if not self.active:  # between tests (forgetting a test's objects): the cell's own limit
@@ -178,7 +183,7 @@ class TestBudget:
 
     @contextlib.contextmanager
     def _memory_limit(self):
-        limit = self.limits.memory_mb << 20
+        limit = data_segment() + (self.limits.memory_mb << 20) if self.limits.memory_mb else 0
         try:
             soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
         except (ValueError, OSError):
@@ -186,11 +191,15 @@ class TestBudget:
         settable = (limit and soft is not None and (hard == resource.RLIM_INFINITY or hard >= limit)
                     and (soft == resource.RLIM_INFINITY or soft > limit))
         if settable:
-            with contextlib.suppress(ValueError, OSError):
+            try:
                 resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+                self.memory_limit = limit
+            except (ValueError, OSError):
+                settable = False
         try:
             yield
         finally:
+            self.memory_limit = 0
             if settable:
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
