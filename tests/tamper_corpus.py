@@ -546,7 +546,7 @@ def cases(port: int, grading_dir: Path | None, places: dict | None = None) -> li
             "calculate_multihead_attention",
             "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool, device=device)")),
              30, flagged=True),
-    ] + edge_cases()
+    ] + edge_cases() + budget_cases()
 
 
 # --- the judge's values, the grader's pages and the host's disk ---------------------------------
@@ -640,6 +640,71 @@ def edge_cases() -> list[Case]:
              "nbgrader refused the notebook (MissingEntry: No such grade cell"),
         Case("many_cells", _nb("many_cells", _many_cells), 0, "error", "has 20,040 cells (at most 10,000"),
     ]
+
+
+# --- what one test may take from the kernel (autograder.judge.budget; the corpus grades with small
+# limits: BUDGET in test_tamper.py).  Q4's tests list the module's parameters (the visible one to warn,
+# the hidden one to check there are none) and subtract a reference from the module's output.
+
+FLOOD_PARAMETERS = '''
+def _flood(self, recurse=True):
+    """40 tensors of 64 MiB each, made one at a time: 2.5 GiB for whoever lists them."""
+    for _ in range(40):
+        yield torch.ones(16 << 20)
+
+
+PositionalEncoding.parameters = _flood
+'''
+
+TRICKLE_PARAMETERS = '''
+import time as _time
+
+
+def _trickle(self, recurse=True):
+    """Each item just inside the 5 s a request may take: 40 of them take 160 s."""
+    for _ in range(40):
+        _time.sleep(4)
+        yield torch.zeros(1)
+
+
+PositionalEncoding.parameters = _trickle
+'''
+
+BROADCAST_OUTPUT = '''
+_honest_forward = PositionalEncoding.forward
+
+
+def _forward(self, x):
+    """An honest output, except for a batch of 2 sequences of 3 tokens: 8 MiB of shape (2**21, 1, 1, 1),
+    which a test's reference of shape (2, 3, C) broadcasts to gigabytes."""
+    if x.dim() == 3 and tuple(x.shape[:2]) == (2, 3):
+        return torch.zeros(2 << 20, 1, 1, 1)
+    return _honest_forward(self, x)
+
+
+PositionalEncoding.forward = _forward
+'''
+
+
+def budget_cases() -> list[Case]:
+    """Submissions that make a test pull, wait or compute without end: each test they stop fails
+    with its reason (BUDGET_REASONS); the rest of the notebook grades as usual."""
+    return [
+        Case("parameters_flood", _nb("parameters_flood", _append("positional_encoding", FLOOD_PARAMETERS)), 24),
+        Case("parameters_trickle", _nb("parameters_trickle", _append("positional_encoding", TRICKLE_PARAMETERS)),
+             24),
+        Case("broadcast_blowup", _nb("broadcast_blowup", _append("positional_encoding", BROADCAST_OUTPUT)), 26),
+    ]
+
+
+# student id -> {test's grade id: what its failure says}
+BUDGET_REASONS = {
+    "parameters_flood": {"test_positional_encoding_shapes": "stopped: the test took more than",
+                         "test_positional_encoding_values": "stopped: the test took more than"},
+    "parameters_trickle": {"test_positional_encoding_shapes": "stopped: the test ran longer than",
+                           "test_positional_encoding_values": "stopped: the test ran longer than"},
+    "broadcast_blowup": {"test_positional_encoding_values": "stopped: the test ran out of the grader's memory limit"},
+}
 
 
 def _many_cells():

@@ -468,3 +468,109 @@ def test_a_byte_order_mark_is_read(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_notebook_json()).encode())
     nb, notes = read_submission(path)
     assert nb.cells[1].source == "x = 1" and any("byte-order mark" in n for n in notes)
+
+
+# ------------------------------------------------------------------------------ one test's budget
+
+BUDGET_CODE = '''
+import time, torch
+
+def big_items(n=40, mib=4):
+    """A generator of n tensors of mib MiB each."""
+    for _ in range(n):
+        yield torch.zeros(mib << 18)
+
+def many_items():
+    yield from range(2000)
+
+def trickle(n=10, pause=0.4):
+    """Answers every request, each one a little slowly."""
+    for i in range(n):
+        time.sleep(pause)
+        yield i
+
+huge_id = 10**8
+'''
+
+
+def _test_cell(code: str, gid: str):
+    cell = nbformat.v4.new_code_cell(code)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "points": 1, "solution": False, "locked": True}
+    return cell
+
+
+def _judged(tmp_path, tests: dict, limits, timeout=30, notebook_timeout=120) -> dict:
+    """{grade id: (passed, message)} for test cells run against BUDGET_CODE within ``limits``."""
+    from autograder.judge.runner import run_and_judge
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(BUDGET_CODE)] + [_test_cell(c, g) for g, c in tests.items()]
+    session = KernelSession("python3", tmp_path / "work", env={}, ipc=True)
+    try:
+        run_and_judge(nb, session, [], "cpu", timeout=timeout, notebook_timeout=notebook_timeout, limits=limits)
+    finally:
+        session.stop()
+    out = {}
+    for cell in nb.cells[1:]:
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        out[cell.metadata["nbgrader"]["grade_id"]] = (not errors, errors[0]["evalue"] if errors else "")
+    return out
+
+
+HONEST = "assert sum(float(t.sum()) for t in student.big_items(3, 1)) == 0\nassert student.fetch(student.huge_id) > 0"
+
+
+def test_a_test_stops_at_its_budget_of_bytes_and_items(tmp_path):
+    """A test that iterates over what the student's code hands it stops at its budget of bytes
+    (40 items of 4 MiB against 16 MiB) and of items, even when the test catches the error; a
+    test within its budget passes as before."""
+    from autograder.judge.budget import Limits
+
+    got = _judged(tmp_path, {
+        "bytes": "assert sum(float(t.sum()) for t in student.big_items()) == 0",
+        "caught": "try:\n    list(student.big_items())\nexcept Exception:\n    pass\nassert True",
+        "items": "assert sum(student.many_items()) > 0",
+        "honest": HONEST,
+    }, Limits(seconds=60, items=200, mb=16, memory_mb=0))
+    assert got["honest"] == (True, ""), got
+    assert not got["bytes"][0] and "took more than 16 MiB" in got["bytes"][1], got
+    assert not got["caught"][0] and "took more than 16 MiB" in got["caught"][1], got
+    assert not got["items"][0] and "more than 200 items" in got["items"][1], got
+
+
+def test_a_test_has_one_clock_for_its_requests_and_its_own_work(tmp_path):
+    """A slow trickle (each item well within the 20 s per request) stops at the test's 3 s, not
+    after its 8 s; so does a test's own arithmetic; and every request of a test draws on the
+    notebook's deadline too, not on a fresh cell limit."""
+    from autograder.judge.budget import Limits
+
+    slow = "assert sum(student.trickle(10, 0.8)) == 45"
+    own = "import time\nfor _ in range(60):\n    time.sleep(0.1)\nassert student.fetch(student.huge_id) > 0"
+    got = _judged(tmp_path, {"trickle": slow, "own": own, "honest": HONEST},
+                  Limits(seconds=3, items=10_000, mb=1024, memory_mb=0), timeout=20)
+    assert got["honest"] == (True, ""), got
+    assert got["trickle"] == (False, "stopped: the test ran longer than 3 s"), got
+    assert got["own"] == (False, "stopped: the test ran longer than 3 s"), got
+    slow = "assert sum(student.trickle(30, 0.8)) == 435"  # 24 s, past the notebook's 15
+    got = _judged(tmp_path, {"trickle": slow}, Limits(seconds=600, items=10_000, mb=1024, memory_mb=0),
+                  timeout=20, notebook_timeout=15)
+    assert got["trickle"] == (False, "stopped: the notebook's time limit was reached during this test"), got
+
+
+def test_a_tests_own_arithmetic_on_a_students_value_stops_at_the_memory_limit(tmp_path):
+    """A small reply holding a huge id (10**8) that a test feeds to torch.bincount (800 MB) fails
+    that test with a reason once the grading process's memory is limited; the process's limit is
+    put back afterwards, and an honest test under the same limit passes."""
+    import resource
+
+    from autograder.judge.budget import Limits
+
+    before = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = 400  # MiB a test may add to this process
+    got = _judged(tmp_path, {
+        "bincount": "counts = torch.bincount(torch.tensor([student.fetch(student.huge_id)]))\nassert counts.sum() == 1",
+        "honest": HONEST,
+    }, Limits(seconds=60, items=10_000, mb=1024, memory_mb=limit))
+    assert resource.getrlimit(resource.RLIMIT_DATA) == before
+    assert got["honest"] == (True, ""), got
+    assert not got["bincount"][0] and "memory limit" in got["bincount"][1], got

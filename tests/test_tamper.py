@@ -20,9 +20,12 @@ import pytest
 from autograder.isolation import sandbox
 from autograder.pipeline.run import grade
 from conftest import ROOT, assert_gradebook_consistent, read_nb, secret_lines
-from tamper_corpus import SOURCE, cases
+from tamper_corpus import BUDGET_REASONS, SOURCE, cases
 
 SANDBOX = sandbox.bwrap_works()
+# what one test may take (autograder.judge.budget), small enough that the budget cases stop in seconds;
+# an honest test of this notebook takes well under a second and a few kB
+BUDGET = dict(test_timeout=20, test_mb=256, test_memory_mb=1024)
 
 
 class _Listener:
@@ -93,7 +96,8 @@ def corpus_run(tmp_path_factory, places):
     os.environ["TMPDIR"], tempfile.tempdir = str(private), None
     try:
         # 5 s per cell: three cases hang on purpose (the honest cells of this notebook take well under 1 s)
-        report = grade("attention", subs, out_dir=out / "reports", grading_dir=grading, cell_timeout=5, workers=2)
+        report = grade("attention", subs, out_dir=out / "reports", grading_dir=grading,
+                       settings=dict(cell_timeout=5, workers=2, **BUDGET))
     finally:
         if saved is None:
             os.environ.pop("TMPDIR")
@@ -202,6 +206,19 @@ def test_gradebook_stays_consistent(corpus_run):
     assert con.execute("select count(*) from grade where manual_score = 999").fetchone()[0] == 0
     graded = {r.student_id for r in report.results if r.status == "graded"}
     assert_gradebook_consistent(f"sqlite:///{grading / 'gradebook.db'}", "attention", graded)
+
+
+def test_a_test_that_pulls_waits_or_computes_too_much_fails_with_its_reason(corpus_run):
+    """A module whose parameters are 40 tensors of 64 MiB, or come one every 4 s, and an output that
+    the test's own reference broadcasts to gigabytes: the tests they stop fail, each with the limit
+    it reached, within the budget; the notebook's other tests grade as usual."""
+    *_, grading, _, _ = corpus_run
+    for sid, reasons in BUDGET_REASONS.items():
+        nb = read_nb(grading / "autograded" / sid / "attention" / "attention.ipynb")
+        said = {c.metadata["nbgrader"]["grade_id"]: [o.get("evalue", "") for o in c.outputs if o.output_type == "error"]
+                for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+        for gid, reason in reasons.items():
+            assert said[gid] and said[gid][0].startswith(reason), f"{sid} {gid}: {said[gid]}"
 
 
 def test_huge_outputs_are_truncated(corpus_run):

@@ -47,6 +47,11 @@ class Grading:
     tmp_mb: int = 512              # a kernel's /tmp and /dev/shm (memory)
     work_mb: int = 512             # a kernel's working folder (memory)
     file_mb: int = 512             # the largest file a kernel may write
+    # what one test may take (autograder.judge.budget), whatever the student's code hands it
+    test_timeout: int = 600        # seconds per test: its requests and its own arithmetic together
+    test_items: int = 10_000       # requests a test makes (and calls back to it)
+    test_mb: int = 1024            # MiB a test takes from the kernel, all its replies together
+    test_memory_mb: int = 2048     # MiB a test may add to the grading process's data segment
     env: dict = field(default_factory=dict)
 
 
@@ -123,16 +128,20 @@ def _repo(data, where: str) -> Repository:
     return Repository(name, _expect(data.get("branch", "main"), str, f"{where}.branch"))
 
 
+_LIMITS = ("cell_timeout", "notebook_timeout", "memory_mb", "test_timeout", "test_items", "test_mb",
+           "test_memory_mb")
+
+
 def _grading(data, where: str, base: Grading) -> Grading:
     if data is None:
         return base
     _expect(data, dict, where)
-    _keys(data, {"cell_timeout", "notebook_timeout", "memory_mb", "env"}, where)
+    _keys(data, {*_LIMITS, "env"}, where)
     out = base
-    for key in ("cell_timeout", "notebook_timeout", "memory_mb"):
+    for key in _LIMITS:
         if key in data:
             value = _expect(data[key], int, f"{where}.{key}")
-            if value <= 0:
+            if value < 0 or (value == 0 and key != "test_memory_mb"):  # 0 turns the memory limit off
                 raise CourseFileError(f"{COURSE_FILE}: {where}.{key} must be positive")
             out = replace(out, **{key: value})
     if "env" in data:

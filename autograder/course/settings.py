@@ -25,6 +25,10 @@ class GradingSettings:
     tmp_mb: int = _DEFAULTS.tmp_mb
     work_mb: int = _DEFAULTS.work_mb
     file_mb: int = _DEFAULTS.file_mb
+    test_timeout: int = _DEFAULTS.test_timeout        # seconds per test (autograder.judge.budget)
+    test_items: int = _DEFAULTS.test_items            # requests per test
+    test_mb: int = _DEFAULTS.test_mb                  # MiB of replies per test
+    test_memory_mb: int = _DEFAULTS.test_memory_mb    # MiB a test may add to the grading process's memory
     workers: int = 0                 # 0: one per CPU core
     sandbox: str = "auto"            # auto (bubblewrap when it works, else a warning), on, off
     max_restarts: int = 4            # fresh kernels after a crash or an unstoppable cell
@@ -42,7 +46,8 @@ class GradingSettings:
         """The course file's settings for ``assignment``, with every override that is not None."""
         g = assignment.grading
         base = cls(cell_timeout=g.cell_timeout, notebook_timeout=g.notebook_timeout, memory_mb=g.memory_mb,
-                   tmp_mb=g.tmp_mb, work_mb=g.work_mb, file_mb=g.file_mb, env=dict(g.env),
+                   tmp_mb=g.tmp_mb, work_mb=g.work_mb, file_mb=g.file_mb, test_timeout=g.test_timeout,
+                   test_items=g.test_items, test_mb=g.test_mb, test_memory_mb=g.test_memory_mb, env=dict(g.env),
                    judge_context=tuple(assignment.judge_context), models=tuple(assignment.models))
         return base.with_(**overrides)
 

@@ -27,6 +27,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from autograder.course.model import Grading
 
+from .budget import Limits
 from .kernel import KernelSession
 from .runner import context_sources, is_test_cell, run_and_judge
 from .status import record_status
@@ -192,6 +193,7 @@ class JudgedExecute(NbGraderPreprocessor):
             s = GradingSettings.for_assignment(load().assignment(assignment), bwrap=bwrap_works())
             self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
             self.kernel_env, self.context = dict(s.env), list(s.judge_context)
+            self.limits = Limits.of(s)
             return
         from .worker import Job
 
@@ -200,6 +202,7 @@ class JudgedExecute(NbGraderPreprocessor):
         self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
         self.ipc, self.device, self.kernel_env, self.context = s.bwrap, s.device, dict(s.env), list(s.judge_context)
         self.scratch_dir, self.status_dir = str(job.scratch_dir), str(job.folder / "status")
+        self.limits = Limits.of(s)
 
     def preprocess(self, nb, resources):
         nbg = resources.get("nbgrader", {})
@@ -226,7 +229,8 @@ class JudgedExecute(NbGraderPreprocessor):
             started = time.monotonic()
             try:
                 notes += run_and_judge(nb, session, context_sources(nb, self.context), self.device,
-                                       self.timeout, self.notebook_timeout, self.max_restarts, timings)
+                                       self.timeout, self.notebook_timeout, self.max_restarts, timings,
+                                       getattr(self, "limits", None))
             finally:
                 session.stop()
                 timings["total"] = time.monotonic() - started

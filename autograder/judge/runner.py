@@ -24,6 +24,7 @@ import nbformat
 from coursekit.remote.client import RemoteStudent
 from coursekit.remote.codec import ProtocolError, RemoteTimeout
 
+from .budget import ENAME, MEMORY_ENAME, Limits, TestBudget, TestLimitExceeded, is_memory_error
 from .kernel import MAX_NOTEBOOK_OUTPUT, MAX_TEXT_OUTPUT, CellRun, KernelDied, KernelSession, stored_size
 
 HIDDEN_FAILURE = "a hidden check failed (see the first line of this cell for what it checks)"
@@ -65,8 +66,22 @@ def _hidden_lines(source: str) -> set[int]:
     return hidden
 
 
-def judge_cell(source: str, grade_id: str, namespace: dict) -> Verdict:
-    """Run a test cell's code in ``namespace`` (the grader's) and say how it went."""
+def judge_cell(source: str, grade_id: str, namespace: dict, budget: TestBudget | None = None) -> Verdict:
+    """Run a test cell's code in ``namespace`` (the grader's) and say how it went; with
+    ``budget``, within its limits (``autograder.judge.budget``): a breach fails the test with
+    its reason, even when the test's code caught the error."""
+    if budget is None:
+        return _judge_cell(source, grade_id, namespace)
+    with budget.test():
+        verdict = _judge_cell(source, grade_id, namespace)
+    if not budget.breach and verdict.ename == "TimeoutError" and budget.time_left()[0] <= 1:
+        budget.breach = budget.time_left()[1]  # the kernel was interrupted at the test's deadline
+    if budget.breach and (verdict.passed or verdict.ename != ENAME):
+        return Verdict(grade_id, False, verdict.printed, ENAME, f"stopped: {budget.breach}")
+    return verdict
+
+
+def _judge_cell(source: str, grade_id: str, namespace: dict) -> Verdict:
     filename = f"<test {grade_id}>"
     printed = io.StringIO()
     try:
@@ -80,6 +95,8 @@ def judge_cell(source: str, grade_id: str, namespace: dict) -> Verdict:
             exec(code, namespace)
     except KernelDied as exc:
         return Verdict(grade_id, False, printed.getvalue(), "KernelDied", str(exc), kernel_died=True)
+    except TestLimitExceeded as exc:
+        return Verdict(grade_id, False, printed.getvalue(), ENAME, f"stopped: {exc}")
     except RemoteTimeout as exc:
         return Verdict(grade_id, False, printed.getvalue(), "TimeoutError", str(exc))
     except ProtocolError as exc:
@@ -88,6 +105,9 @@ def judge_cell(source: str, grade_id: str, namespace: dict) -> Verdict:
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a verdict
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not getattr(exc, "from_student", False):
             raise
+        if is_memory_error(exc) and not getattr(exc, "from_student", False):
+            return Verdict(grade_id, False, printed.getvalue(), MEMORY_ENAME,
+                           "stopped: the test ran out of the grader's memory limit working on the notebook's values")
         return Verdict(grade_id, False, printed.getvalue(), *_failure(exc, source, filename))
     return Verdict(grade_id, True, printed.getvalue())
 
@@ -183,7 +203,8 @@ def _where(cell, index: int) -> str:
 
 
 def run_and_judge(nb, session: KernelSession, context: list[str], device: str, timeout: float,
-                  notebook_timeout: float, max_restarts: int = 4, timings: dict | None = None) -> list[str]:
+                  notebook_timeout: float, max_restarts: int = 4, timings: dict | None = None,
+                  limits: Limits | None = None) -> list[str]:
     """Run ``nb`` cell by cell in ``session`` (started here), judging its graded test cells
     in this process; every cell's outputs are replaced.  Returns notes for the instructor
     (time limits, kernel restarts).  ``timings`` (if given) receives the seconds spent
@@ -192,7 +213,10 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
     One deadline holds for the whole submission: kernel starts, the student's cells, the
     requests its tests make and the replays after a restart all draw on the same
     ``notebook_timeout``.  A replay runs each cell exactly as it ran the first time (same
-    request, outputs dropped), so the student's code cannot tell it is being replayed."""
+    request, outputs dropped), so the student's code cannot tell it is being replayed.
+
+    Each test runs within ``limits`` (``autograder.judge.budget``; default: the course's):
+    its items, bytes, time (never past the notebook's deadline) and the process's memory."""
     notes: list[str] = []
     clock = timings if timings is not None else {}
     for key in ("kernel_start", "cells", "tests"):
@@ -219,7 +243,8 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
         session.stop()
     clock["kernel_start"] += time.monotonic() - start
     student_cells = [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
-    student = RemoteStudent(session, timeout, student_cells)
+    budget = TestBudget(session, limits or Limits(), deadline)
+    student = RemoteStudent(budget, timeout, student_cells)
     namespace = cached_judge_namespace(context, device)
     namespace["student"] = student
     ran_ok: list[str] = []     # cells that ran without error, to replay after a restart
@@ -269,7 +294,7 @@ def run_and_judge(nb, session: KernelSession, context: list[str], device: str, t
                 continue
             object.__setattr__(student, "_timeout", max(0.5, min(timeout, left())))
             t0 = time.monotonic()
-            verdict = judge_cell(cell.source, _gid(cell) or f"cell-{index}", namespace)
+            verdict = judge_cell(cell.source, _gid(cell) or f"cell-{index}", namespace, budget)
             student._reset()
             clock["tests"] += time.monotonic() - t0
             cell.outputs = verdict.outputs()
