@@ -54,6 +54,27 @@ def namespace(*gids: str, mistake: str | None = None) -> dict:
     return ns
 
 
+# an answer cell that hides an unfrozen base from the given helpers the tests call in the kernel
+HELPERS_REPLACED = '''
+
+def trainable_parameters(module):
+    return {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad and not n.startswith("base.")}
+
+
+def gradients_after_backward(module, x):
+    module.zero_grad(set_to_none=True)
+    module(x).sum().backward()
+    return {n: None if p.grad is None or n.startswith("base.") else p.grad.detach().clone()
+            for n, p in module.named_parameters()}
+'''
+
+
+def helpers_replaced():
+    nb = with_mistake("base_not_frozen")
+    cells_of(nb)["lora_linear"].source += HELPERS_REPLACED
+    return nb
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     subs = tmp_path_factory.mktemp(f"{NAME}_submissions")
@@ -61,6 +82,7 @@ def graded(tmp_path_factory):
     (subs / "untouched.ipynb").write_bytes(EXERCISE.read_bytes())
     for name in PLANTED:
         nbformat.write(with_mistake(name), subs / f"{name}.ipynb")
+    nbformat.write(helpers_replaced(), subs / "helpers_replaced.ipynb")
     out = tmp_path_factory.mktemp(f"{NAME}_out")
     report = grade(NAME, subs, out_dir=out, grading_dir=out / "grading")
     return {r.student_id: r for r in report.results}, out / "grading"
@@ -95,6 +117,13 @@ def test_a_planted_mistake_loses_the_points_of_its_question(graded, name):
         assert lost == question_points(question, "hidden"), f"{name} passes the visible test of {question} and fails its hidden test"
     else:
         assert lost == question_points(question), f"{name} loses all of {question}, nothing else"
+
+
+def test_redefining_a_given_helper_fails_every_hidden_test_that_relies_on_the_helpers(graded):
+    """The visible test of Q2 runs the kernel's helpers and is fooled; the hidden tests see the second definition."""
+    result = graded[0]["helpers_replaced"]
+    assert result.status == "graded", result.message
+    assert 24 - result.score == sum(question_points(q, "hidden") for q in ("Q1", "Q2", "Q4"))
 
 
 def test_hand_in_cell_reports_the_visible_checks(graded):
