@@ -118,6 +118,11 @@ class SourceView:
         """True when some cell defines ``name`` at the top level."""
         return name in self._defs
 
+    def times_defined(self, name: str) -> int:
+        """How many top-level statements of all cells bind ``name`` (a given helper: 1, its own cell; more when
+        an answer cell defines it again, as a submission that replaces a helper the tests rely on does)."""
+        return len(self._defs.get(name, ()))
+
     def definition(self, name: str):
         """The last top-level definition of ``name`` (an ``ast`` node), or None."""
         return self._defs[name][-1] if name in self._defs else None

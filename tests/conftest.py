@@ -220,7 +220,7 @@ BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publis
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
 SLOW_FIRST = ["test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
-              "test_modern_decoder.py", "test_tamper.py", "test_autograde.py", "test_class_grading.py",
+              "test_modern_decoder.py", "test_post_training.py", "test_tamper.py", "test_autograde.py", "test_class_grading.py",
               "test_concepts_lab.py", "test_llm_backends.py", "test_class_record.py"]
 
 
@@ -261,7 +261,7 @@ TIERS = {
     "assignments": {"test_autograde.py", "test_arithmetic_assignments.py", "test_finetune.py", "test_modern_decoder.py",
                     "test_concepts_lab.py", "test_class_grading.py", "test_class_record.py", "test_release.py",
                     "test_instructor_notebook.py", "test_llm_backends.py", "test_mistakes.py", "test_offline_model.py",
-                    "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py"},
+                    "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py", "test_post_training.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py",
              "test_instructor_book.py"},
     "scale": {"test_scale.py", "test_record_writer.py"},

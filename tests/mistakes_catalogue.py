@@ -745,6 +745,106 @@ MODERN = [
 ]
 
 # ---------------------------------------------------------------------------------------
+# post_training
+# ---------------------------------------------------------------------------------------
+_SFT_ANSWER = "(positions >= prompt_lengths[:, None].to(input_ids.device)) & attention_mask.bool()"
+_LORA_FREEZE = "for p in self.base.parameters():\n            p.requires_grad_(False)"
+_LORA_MERGE = "out.weight.copy_(base.weight + self.scaling * (self.lora_B @ self.lora_A))"
+_COUNT_QKV = "q, kv = shape.n_head * shape.head_size, shape.n_kv_head * shape.head_size"
+_COUNT_ONE = "r * (sizes[name][0] + sizes[name][1])"
+_COUNT_RET = "return shape.n_layer * per_block"
+_DPO_RET = "return -F.logsigmoid(beta * (chosen - rejected)).mean()"
+_DPO_W, _DPO_L = "chosen = policy_chosen_logps - ref_chosen_logps.detach()", "rejected = policy_rejected_logps - ref_rejected_logps.detach()"
+
+POST = [
+    M("post_training", "Q1", "logits_not_shifted", "answer_only_loss",
+      [("targets = input_ids[:, 1:]", "targets = input_ids"), ("scored = is_answer[:, 1:]", "scored = is_answer"),
+       ("logits[:, :-1].flatten(0, 1)", "logits.flatten(0, 1)")], "the logits are not shifted"),
+    M("post_training", "Q1", "shifted_the_wrong_way", "answer_only_loss",
+      [("targets = input_ids[:, 1:]", "targets = input_ids[:, :-1]"), ("scored = is_answer[:, 1:]", "scored = is_answer[:, :-1]"),
+       ("logits[:, :-1].flatten(0, 1)", "logits[:, 1:].flatten(0, 1)")], "shifted the wrong way"),
+    M("post_training", "Q1", "mask_aligned_with_logits", "answer_only_loss",
+      [("scored = is_answer[:, 1:]", "scored = is_answer[:, :-1]")], "the mask is aligned with the logits"),
+    M("post_training", "Q1", "answer_masked", "answer_only_loss",
+      [(_SFT_ANSWER, _SFT_ANSWER.replace(">=", "<"))], "the answer is masked and the prompt scored"),
+    M("post_training", "Q1", "prompt_scored", "answer_only_loss",
+      [(_SFT_ANSWER, "attention_mask.bool()")], "the prompt tokens are scored too"),
+    M("post_training", "Q1", "padding_scored", "answer_only_loss",
+      [(_SFT_ANSWER, "(positions >= prompt_lengths[:, None].to(input_ids.device))")], "padding positions are scored"),
+    M("post_training", "Q1", "divided_by_all_positions", "answer_only_loss",
+      [("return losses[scored.flatten()].mean()", "return (losses * scored.flatten()).sum() / losses.numel()")],
+      "divided by all B * (T - 1) positions"),
+    M("post_training", "Q1", "mean_of_sequence_means", "answer_only_loss",
+      [("return losses[scored.flatten()].mean()", "return ((losses.view(scored.shape) * scored).sum(1) / scored.sum(1)).mean()")],
+      "each sequence's mean is averaged over the batch"),
+
+    M("post_training", "Q2", "base_not_frozen", "lora_linear",
+      [(_LORA_FREEZE, "pass")], "the base layer is not frozen"),
+    M("post_training", "Q2", "shapes_swapped", "lora_linear",
+      [("torch.randn(r, base.in_features,", "torch.randn(base.in_features, r,"),
+       ("torch.zeros(base.out_features, r,", "torch.zeros(r, base.out_features,"),
+       ("x @ self.lora_A.T @ self.lora_B.T", "x @ self.lora_A @ self.lora_B"),
+       ("(self.lora_B @ self.lora_A)", "(self.lora_A @ self.lora_B).T")], "the shapes are swapped"),
+    M("post_training", "Q2", "B_starts_random", "lora_linear",
+      [("torch.zeros(base.out_features, r,", "torch.randn(base.out_features, r,")], "lora_B must start at zero"),
+    M("post_training", "Q2", "A_starts_at_zero", "lora_linear",
+      [("torch.randn(r, base.in_features,", "torch.zeros(r, base.in_features,")], "lora_A must start random"),
+    M("post_training", "Q2", "scaled_by_alpha", "lora_linear",
+      [("self.scaling = alpha / r", "self.scaling = alpha")], "the update is scaled by alpha;"),
+    M("post_training", "Q2", "not_scaled", "lora_linear",
+      [("self.scaling = alpha / r", "self.scaling = 1")], "the update is not scaled"),
+    M("post_training", "Q2", "scaled_by_r_over_alpha", "lora_linear",
+      [("self.scaling = alpha / r", "self.scaling = r / alpha")], "the update is scaled by r / alpha"),
+    M("post_training", "Q2", "scaled_by_alpha_over_sqrt_r", "lora_linear",
+      [("self.scaling = alpha / r", "self.scaling = alpha / math.sqrt(r)")], "alpha / sqrt(r) (rsLoRA)"),
+    M("post_training", "Q2", "merge_not_scaled", "lora_linear",
+      [(_LORA_MERGE, "out.weight.copy_(base.weight + self.lora_B @ self.lora_A)")], "merged() gives other outputs"),
+    M("post_training", "Q2", "merge_drops_bias", "lora_linear",
+      [("bias=base.bias is not None,", "bias=False,"), ("if base.bias is not None:", "if False:")], "(the bias is missing)"),
+    M("post_training", "Q2", "merge_in_place", "lora_linear",
+      [(_LORA_MERGE, "base.weight += self.scaling * (self.lora_B @ self.lora_A)\n            out.weight.copy_(base.weight)")],
+      "merged() changed the base layer's weight"),
+
+    M("post_training", "Q3", "kv_with_query_heads", "lora_trainable_parameters",
+      [(_COUNT_QKV, "q, kv = shape.n_head * shape.head_size, shape.n_head * shape.head_size")],
+      "k_proj and v_proj are counted with n_head heads"),
+    M("post_training", "Q3", "square_projections", "lora_trainable_parameters",
+      [(_COUNT_QKV, "q, kv = shape.d_model, shape.d_model")], "every projection is counted as d_model x d_model"),
+    M("post_training", "Q3", "query_width_is_model_width", "lora_trainable_parameters",
+      [(_COUNT_QKV, "q, kv = shape.d_model, shape.n_kv_head * shape.head_size")], "n_head * head_size is taken to be d_model"),
+    M("post_training", "Q3", "head_size_from_width", "lora_trainable_parameters",
+      [(_COUNT_QKV, "q, kv = shape.d_model, shape.n_kv_head * (shape.d_model // shape.n_head)")],
+      "the head size is taken as d_model // n_head"),
+    M("post_training", "Q3", "frozen_weights_counted", "lora_trainable_parameters",
+      [(_COUNT_ONE, "sizes[name][0] * sizes[name][1]")], "the frozen weights (in x out) are counted"),
+    M("post_training", "Q3", "A_only", "lora_trainable_parameters",
+      [(_COUNT_ONE, "r * sizes[name][0]")], "only A (r x in) is counted"),
+    M("post_training", "Q3", "layers_ignored", "lora_trainable_parameters",
+      [(_COUNT_RET, "return per_block")], "n_layer is not used"),
+    M("post_training", "Q3", "targets_ignored", "lora_trainable_parameters",
+      [("for name in target_modules", 'for name in ["q_proj", "k_proj", "v_proj", "o_proj"]')],
+      "count only the modules listed in target_modules"),
+    M("post_training", "Q3", "float_result", "lora_trainable_parameters",
+      [(_COUNT_RET, _COUNT_RET + " / 1")], "return a Python int"),
+    M("post_training", "Q3", "counted_with_torch", "lora_trainable_parameters",
+      [(_COUNT_RET, "return int(torch.tensor(shape.n_layer * per_block))")], "without PyTorch"),
+
+    M("post_training", "Q4", "sign_flipped", "dpo_loss",
+      [(_DPO_RET, "return -F.logsigmoid(beta * (rejected - chosen)).mean()")], "the sign is flipped"),
+    M("post_training", "Q4", "beta_ignored", "dpo_loss",
+      [(_DPO_RET, "return -F.logsigmoid(chosen - rejected).mean()")], "beta is not used"),
+    M("post_training", "Q4", "beta_outside_the_sigmoid", "dpo_loss",
+      [(_DPO_RET, "return -beta * F.logsigmoid(chosen - rejected).mean()")], "beta multiplies the loss"),
+    M("post_training", "Q4", "reference_ignored", "dpo_loss",
+      [(_DPO_W, "chosen = policy_chosen_logps"), (_DPO_L, "rejected = policy_rejected_logps")], "the reference is not used"),
+    M("post_training", "Q4", "summed_over_the_batch", "dpo_loss",
+      [(_DPO_RET, _DPO_RET.replace(".mean()", ".sum()"))], "the loss is summed over the batch"),
+    M("post_training", "Q4", "reference_not_detached", "dpo_loss",
+      [(_DPO_W, _DPO_W.replace(".detach()", "")), (_DPO_L, _DPO_L.replace(".detach()", ""))],
+      "the reference's log-probabilities get a gradient"),
+]
+
+# ---------------------------------------------------------------------------------------
 # Mistakes only a hidden test catches: the answer is right on every input the visible tests
 # use and wrong on the other shapes and configurations the hidden tests draw.  A visible check
 # for them would have to be the hidden test itself.
@@ -779,9 +879,21 @@ HIDDEN = [
       [("return per_position * seq_len * batch_size * bytes_per_value",
         "return per_position * seq_len * bytes_per_value")],
       "the visible test counts one sequence; the hidden test serves batches of 3 and 16, each with a cache of its own."),
+    H("post_training", "Q2", "bias_assumed", "lora_linear",
+      [(_LORA_FREEZE, "self.base.weight.requires_grad_(False)\n        self.base.bias.requires_grad_(False)")],
+      "right for the base with a bias of the visible test and the worked example; the hidden test also adapts layers "
+      "without a bias (as the projections of Llama are), where base.bias is None."),
+    H("post_training", "Q2", "dtype_ignored", "lora_linear",
+      [("device=w.device, dtype=w.dtype)", "device=w.device)")],
+      "right for the float32 layers of the visible test; the hidden test adapts float64 layers, where float32 adapters "
+      "do not match the base's dtype."),
+    H("post_training", "Q4", "log_of_sigmoid", "dpo_loss",
+      [(_DPO_RET, "return -torch.log(torch.sigmoid(beta * (chosen - rejected))).mean()")],
+      "right for the small margins of the visible test and the worked example; the hidden test uses whole-answer "
+      "log-probabilities in the hundreds, where sigmoid underflows to 0 and the loss becomes infinite."),
 ]
 
-_ALL = ATTENTION + FINETUNE + AETHER + PLORA + CONCEPTS + LLM_LAB + MODERN + HIDDEN
+_ALL = ATTENTION + FINETUNE + AETHER + PLORA + CONCEPTS + LLM_LAB + MODERN + POST + HIDDEN
 CAUGHT = [m for m in _ALL if m.kind != "hidden"]
 HIDDEN_ONLY = [m for m in _ALL if m.kind == "hidden"]
 

@@ -405,6 +405,9 @@ def test_source_view_follows_aliases_helpers_and_defaults():
     assert view.reaches("D", names) == []  # a local variable of the same name is not the function
     assert view.reaches("E", names) == ["dynamic:eval"]
     assert view.reaches("Z", names) == ["Z is not defined"] and view.unreadable == [1]
+    assert view.times_defined("q1") == 1 and view.times_defined("alias") == 1 and view.times_defined("Z") == 0
+    again = SourceView(["def helper(x): return x\n", "import math\nif True:\n    helper = math.floor\n"])
+    assert again.times_defined("helper") == 2
 
 
 # ------------------------------------------------------------------------------ intake of any file

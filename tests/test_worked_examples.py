@@ -24,6 +24,10 @@ pytest.importorskip("torch")
 EXAMPLES = [
     ("attention", ("imports", "get_multihead_qkv", "q1_example"), "q1_example",
      ("heads_viewed_without_transpose", "transpose_missing", "heads_interleaved")),
+    ("post_training", ("imports", "answer_only_loss", "q1_example"), "q1_example",
+     ("logits_not_shifted", "mask_aligned_with_logits", "prompt_scored", "padding_scored", "mean_of_sequence_means")),
+    ("post_training", ("imports", "dpo_loss", "q4_example"), "q4_example",
+     ("sign_flipped", "beta_ignored", "beta_outside_the_sigmoid", "reference_ignored", "summed_over_the_batch")),
 ]
 CLAIM = re.compile(r"(-?\d+\.\d+)\s+\(a correct answer prints (-?\d+\.\d+)\)")
 TOLERANCE = 1e-3  # the tolerance the visible check allows for the printed value
