@@ -32,7 +32,7 @@ class Compute:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 1, attention as soft retrieval: weights by hand
+# Attention as soft retrieval: weights by hand
 # ---------------------------------------------------------------------------------------------
 
 COSTS_1 = [0.0, 1.0, 2.0, 3.0]   # the dissimilarities of exercise 1.3
@@ -67,7 +67,7 @@ def ex_1_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 2, multi-head and masked attention: what a causal mask keeps
+# Multi-head and masked attention: what a causal mask keeps
 # ---------------------------------------------------------------------------------------------
 
 T_2 = 1000
@@ -84,7 +84,7 @@ def ex_2_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 3, positional encoding: the sinusoidal table of the original Transformer (d = 512)
+# Positional encoding: the sinusoidal table of the original Transformer (d = 512)
 # ---------------------------------------------------------------------------------------------
 
 D_MODEL_3 = 512
@@ -116,7 +116,7 @@ def ex_3_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 4, the Transformer block: layer normalisation by hand
+# The Transformer block: layer normalisation by hand
 # ---------------------------------------------------------------------------------------------
 
 X_4 = [1.0, 2.0, 3.0, 4.0]
@@ -139,7 +139,7 @@ def ex_4_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 5, the encoder-decoder Transformer: label smoothing and the learning-rate schedule
+# The encoder-decoder Transformer: label smoothing and the learning-rate schedule
 # ---------------------------------------------------------------------------------------------
 
 EPS_5, K_5 = 0.1, 32_000
@@ -176,7 +176,7 @@ def ex_5_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 6, BERT: how often a token is never a target
+# BERT: how often a token is never a target
 # ---------------------------------------------------------------------------------------------
 
 P_CHOOSE_6, EPOCHS_6 = 0.15, 40
@@ -193,7 +193,7 @@ def ex_6_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 7, GPT: losses in nats, perplexities
+# GPT: losses in nats, perplexities
 # ---------------------------------------------------------------------------------------------
 
 LOSS_7 = 3.2           # nats per token
@@ -221,7 +221,7 @@ def ex_7_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 8, decoding: temperature and top-k by hand
+# Decoding: temperature and top-k by hand
 # ---------------------------------------------------------------------------------------------
 
 LOGITS_8 = [2.0, 1.0, 0.1]
@@ -251,7 +251,7 @@ def ex_8_4_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 9, LoRA: folding an update back in, by hand
+# LoRA: folding an update back in, by hand
 # ---------------------------------------------------------------------------------------------
 
 W_9, B_ROW_9, A_COL_9, ALPHA_9, R_9 = 0.913, [0.42, -1.37], [0.58, 0.31], 16, 2
@@ -268,7 +268,7 @@ def ex_9_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 10, scale arithmetic: when the key-value cache outweighs the model
+# Scale arithmetic: when the key-value cache outweighs the model
 # ---------------------------------------------------------------------------------------------
 
 D_10, HEADS_10, KV_HEADS_10 = 8192, 64, 8
@@ -285,7 +285,7 @@ def ex_10_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 11, positions beyond sinusoids: RoPE's longest wavelength
+# Positions beyond sinusoids: RoPE's longest wavelength
 # ---------------------------------------------------------------------------------------------
 
 def ex_11_3() -> float:
@@ -299,7 +299,7 @@ def ex_11_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 12, inference: a SwiGLU network as large as a GELU network of width 4C
+# Inference: a SwiGLU network as large as a GELU network of width 4C
 # ---------------------------------------------------------------------------------------------
 
 WIDTH_12 = 5120
@@ -316,7 +316,7 @@ def ex_12_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 13, tokenisation: a byte-level BPE trainer of our own (in the spirit of minbpe)
+# Tokenisation: a byte-level BPE trainer of our own (in the spirit of minbpe)
 # ---------------------------------------------------------------------------------------------
 
 BPE_TRAIN_ARTICLES, BPE_VAL_ARTICLES, BPE_MERGES = 100, 50, 150
@@ -419,7 +419,7 @@ def ex_13_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 14, scaling
+# Scaling
 # ---------------------------------------------------------------------------------------------
 
 BUDGET = 1e21          # FLOPs
@@ -459,7 +459,7 @@ def ex_14_3_wrong() -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 15, beyond text: patches and preferences
+# Beyond text: patches and preferences
 # ---------------------------------------------------------------------------------------------
 
 IMAGE_15, PATCH_15 = (768, 1024), 16
