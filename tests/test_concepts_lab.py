@@ -193,3 +193,18 @@ def test_hand_grading_shows_the_outputs_as_handed_in_beside_the_rerun(lab):
     assert "<script>" not in page and "&lt;script&gt;document.title" in page and "&lt;U+202E&gt;gnp.exe" in page
     untouched = next(a for a in cells["q8_answer"].answers if a.student_id == "untouched")
     assert [m for _, m, _ in untouched.outputs] == ["", ""]  # released without outputs
+
+
+def test_lab_says_what_to_expect_from_the_offline_model(lab):
+    """The grader's run (offline) measures the small GPT in the notebook itself: size, held-out
+    perplexity against a uniform guess, diversity beside real news, one sample (issue 35, item 21)."""
+    _, grading = lab
+    nb = nbformat.read(grading / "autograded" / "full" / "llm_lab" / "llm_lab.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "offline_model")
+    text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+    lines = {line.split(":")[0]: line for line in text.splitlines() if ":" in line}
+    assert "parameters" in lines["offline model"] and "context of" in lines["offline model"]
+    ppl = float(lines["held-out perplexity"].split()[2])
+    vocab = int(lines["held-out perplexity"].rsplit(" ", 1)[1].rstrip(")").replace(",", ""))
+    assert 1 < ppl < vocab  # better than a uniform guess, far from perfect
+    assert "real news (held out)" in text and "one sample at temperature 1.0: [" in text
