@@ -314,6 +314,17 @@ class _LogitsModel(LanguageModel):
     """A backend with full logits: ``sample`` runs transformers' logits processors here."""
 
     has_logits = True
+    end_of_turn = None  # a chat model's end-of-turn token id: its answer ends there
+
+    def shown_length(self, ids) -> int:
+        """How many of the generated tokens ``ids`` (1-D) ``decode`` keeps: all of them for a model
+        that continues text, those before the first end-of-turn token for a chat model. Scores of
+        generated text count these tokens only: what comes after the end of the answer is never
+        shown, so it must not change the score either."""
+        ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
+        if self.kind == "chat" and self.end_of_turn is not None and self.end_of_turn in ids:
+            return ids.index(self.end_of_turn)
+        return len(ids)
 
     def sample(self, prompts, n_samples=1, max_new_tokens=32, seed=0, temperature=1.0, top_k=None,
                top_p=None, **options):
@@ -343,8 +354,9 @@ class _LogitsModel(LanguageModel):
                 ids = torch.cat([ids, nxt[:, None]], 1)  # (n, T + 1)
             logp = torch.stack(logps, 1) if logps else torch.zeros(n_samples, 0)  # (n, max_new_tokens)
             for row in range(n_samples):
+                shown = self.shown_length(ids[row, start:])  # the log-probs of the tokens the text holds
                 out.append({"prompt": prompt, "group": j, "text": self.decode(ids[row, start:]),
-                            "logprobs": logp[row].tolist(), "ids": None, "start": None})
+                            "logprobs": logp[row, :shown].tolist(), "ids": None, "start": None})
         return out
 
 
@@ -407,6 +419,7 @@ class LocalHubChat(_LogitsModel):
         self.tokenizer = AutoTokenizer.from_pretrained(name)
         self.model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).to(self.device).eval()
         self.name = name
+        self.end_of_turn = self.tokenizer.eos_token_id
         n = sum(p.numel() for p in self.model.parameters())
         self.description = f"hub: {name} ({n / 1e6:.0f}M parameters)"
 
@@ -425,9 +438,7 @@ class LocalHubChat(_LogitsModel):
 
     def decode(self, ids):
         ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
-        if self.tokenizer.eos_token_id in ids:  # the answer ends at the end-of-turn token
-            ids = ids[: ids.index(self.tokenizer.eos_token_id)]
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode(ids[: self.shown_length(ids)], skip_special_tokens=True)  # ends at end of turn
 
     def token_logprobs(self, ids, start):
         import torch
@@ -479,7 +490,7 @@ class LlamaCppModel(_LogitsModel):
         if self.kind == "chat" and not self.template:
             raise LLMError(f"{path.name} has no chat template: set COURSE_LLM_KIND=text for a base model")
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
-        self.eos = self.llm.token_eos()
+        self.eos = self.end_of_turn = self.llm.token_eos()
         self.name = meta.get("general.name") or path.stem
         self.description = (f"llama.cpp (llama-cpp-python {llama_cpp.__version__}): {path.name}, "
                             f"{meta.get('general.architecture', '?')} architecture, context {self.n_ctx} tokens, "
@@ -528,9 +539,7 @@ class LlamaCppModel(_LogitsModel):
 
     def decode(self, ids):
         ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
-        if self.kind == "chat" and self.eos in ids:
-            ids = ids[: ids.index(self.eos)]
-        return self.llm.detokenize(ids).decode("utf-8", errors="replace")
+        return self.llm.detokenize(ids[: self.shown_length(ids)]).decode("utf-8", errors="replace")
 
     def token_logprobs(self, ids, start):
         import torch

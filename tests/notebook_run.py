@@ -31,7 +31,7 @@ SKIP = {
                  "second_model_run": None, "comparison_table": None},
     "concepts": {"q7_example": None, "q12_model": None, "q12_example": None, "q12_proxy": None},
     "llm_lab": {"load_model": None, "first_answer": None, "experiment_tools": None, "basic_experiments": None,
-                "basic_plot": None, "compare_tool": None, "own_experiment": None},
+                "basic_plot": None, "offline_model": None, "compare_tool": None, "own_experiment": None},
 }
 STAND_INS = {  # what the two training cells leave behind, without training
     "parameters_and_lora": {"train_scratch": 'accuracies = {"pretrained": [0.5, 0.75], "scratch": [0.25, 0.25]}'},

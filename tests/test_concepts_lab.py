@@ -9,6 +9,10 @@ manually graded cells, checked below:
   submission's score is the autograded points out of a maximum that includes the manual ones;
 * an answer cell left exactly as released gets ``auto_score`` 0 at once and needs no
   manual grading.
+
+The lab's filled notebook is handed in with outputs of its own (as if run on SmolLM2, with
+hostile text in them): the hand-grading page of Q6 to Q8 shows them, marked "as handed in",
+escaped, beside the grader's re-run on the offline model.
 """
 from __future__ import annotations
 
@@ -83,10 +87,29 @@ def concepts(tmp_path_factory):
     return {r.student_id: r for r in report.results}, out / "grading"
 
 
+# what the student's own run printed (another model than the grader's), with hostile text
+HANDED_IN = {
+    "load_model": "model used in this notebook: hub: HuggingFaceTB/SmolLM2-135M-Instruct (135M parameters)\n",
+    "basic_experiments": "greedy  0.412  0.655  0.018  -0.871\n[Paris] 'The capital of France is Paris.'\n"
+                         "<script>document.title='pwned'</script> \u202egnp.exe\x1b[31m red\x1b[0m\n",
+    "own_experiment": "greedy, no repeated 3-grams  0.530\n" + "x" * 50_000 + "\nTHE END\n",
+}
+
+
+def _with_outputs(nb, texts):
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in texts:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=texts[gid]),
+                            nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=",
+                                                                          "text/plain": "<Figure size 640x420>"})]
+    return nb
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     subs = tmp_path_factory.mktemp("lab_subs")
-    nbformat.write(filled_exercise("llm_lab"), subs / "full.ipynb")  # what a student hands in
+    nbformat.write(_with_outputs(filled_exercise("llm_lab"), HANDED_IN), subs / "full.ipynb")  # as handed in
     (subs / "untouched.ipynb").write_bytes((ROOT / "exercises" / "llm_lab" / "llm_lab.ipynb").read_bytes())
     nbformat.write(set_solution(read_nb(LAB), "top_p_filter", WRONG_TOP_P), subs / "wrong_top_p.ipynb")
     out = tmp_path_factory.mktemp("lab_out")
@@ -147,3 +170,41 @@ def test_lab_wrong_top_p_loses_exactly_its_points(lab):
     res, _ = lab
     assert res["wrong_top_p"].status == "graded", res["wrong_top_p"].message
     assert res["wrong_top_p"].score == LAB_AUTO - TOP_P  # sample_next and generate_tokens unaffected
+
+
+def test_hand_grading_shows_the_outputs_as_handed_in_beside_the_rerun(lab):
+    from autograder.records.handgrade import HandGrading, cell_page
+
+    _, grading = lab
+    cells = {c.grade_id: c for c in HandGrading("llm_lab", grading, ROOT).cells()}
+    assert cells["q6_answer"].shown == ("load_model", "first_answer", "basic_experiments")
+    full = next(a for a in cells["q6_answer"].answers if a.student_id == "full")
+    runs = {gid: (mine, rerun) for gid, mine, rerun in full.outputs}
+    assert "SmolLM2" in runs["load_model"][0] and "small GPT" in runs["load_model"][1]  # theirs, and the grader's
+    mine = runs["basic_experiments"][0]
+    assert "'The capital of France is Paris.'" in mine and "\x1b" not in mine and " red" in mine
+    assert "greedy" in runs["basic_experiments"][1] and "Paris." not in runs["basic_experiments"][1]
+    assert runs["first_answer"][0] == "" and "Oil prices" in runs["first_answer"][1]  # not in the file handed in
+    long = {gid: mine for gid, mine, _ in next(a for a in cells["q8_answer"].answers
+                                               if a.student_id == "full").outputs}["own_experiment"]
+    assert len(long) < 7000 and long.endswith("THE END\n") and "characters left out" in long
+    page = cell_page(HandGrading("llm_lab", grading, ROOT), cells["q6_answer"], "tok").decode()
+    assert page.count("as handed in") >= 3 and "grader's re-run" in page
+    assert "<script>" not in page and "&lt;script&gt;document.title" in page and "&lt;U+202E&gt;gnp.exe" in page
+    untouched = next(a for a in cells["q8_answer"].answers if a.student_id == "untouched")
+    assert [m for _, m, _ in untouched.outputs] == ["", ""]  # released without outputs
+
+
+def test_lab_says_what_to_expect_from_the_offline_model(lab):
+    """The grader's run (offline) measures the small GPT in the notebook itself: size, held-out
+    perplexity against a uniform guess, diversity beside real news, one sample (issue 35, item 21)."""
+    _, grading = lab
+    nb = nbformat.read(grading / "autograded" / "full" / "llm_lab" / "llm_lab.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "offline_model")
+    text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+    lines = {line.split(":")[0]: line for line in text.splitlines() if ":" in line}
+    assert "parameters" in lines["offline model"] and "context of" in lines["offline model"]
+    ppl = float(lines["held-out perplexity"].split()[2])
+    vocab = int(lines["held-out perplexity"].rsplit(" ", 1)[1].rstrip(")").replace(",", ""))
+    assert 1 < ppl < vocab  # better than a uniform guess, far from perfect
+    assert "real news (held out)" in text and "one sample at temperature 1.0: [" in text

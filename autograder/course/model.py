@@ -66,6 +66,13 @@ class Assignment:
     due: str | None = None
     lms_name: str | None = None   # the assignment's column (Canvas) / grade item (Moodle) name
     canvas_id: int | None = None  # Canvas' id of the assignment: its import matches the column by it
+    # hand-graded cell -> the cells whose outputs, as the student handed them in, its grader sees
+    # beside the grader's own re-run (pairs, so that the dataclass stays hashable)
+    handed_in_outputs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def shown_outputs(self, grade_id: str) -> tuple[str, ...]:
+        """The cells whose handed-in outputs the hand grader of ``grade_id`` sees."""
+        return dict(self.handed_in_outputs).get(grade_id, ())
 
     @property
     def notebook(self) -> str:
@@ -165,8 +172,9 @@ def parse(data, root: Path = ROOT) -> Course:
     for aid, spec in _expect(data.get("assignments"), dict, "assignments").items():
         where = f"assignments.{aid}"
         _expect(spec, dict, where)
-        _keys(spec, {"title", "chapters", "judge_context", "models", "grading", "due", "lms_name", "canvas_id"},
-              where)
+        _keys(spec, {"title", "chapters", "judge_context", "models", "grading", "due", "lms_name", "canvas_id",
+                     "handed_in_outputs"}, where)
+        shown = _expect(spec.get("handed_in_outputs", {}), dict, f"{where}.handed_in_outputs")
         models = _str_list(spec.get("models", []), f"{where}.models")
         for m in models:
             if m not in MODEL_KINDS:
@@ -180,7 +188,9 @@ def parse(data, root: Path = ROOT) -> Course:
             models=models, grading=_grading(spec.get("grading"), f"{where}.grading", base),
             due=None if due is None else str(due),
             lms_name=None if spec.get("lms_name") is None else _expect(spec["lms_name"], str, f"{where}.lms_name"),
-            canvas_id=None if spec.get("canvas_id") is None else _expect(spec["canvas_id"], int, f"{where}.canvas_id")))
+            canvas_id=None if spec.get("canvas_id") is None else _expect(spec["canvas_id"], int, f"{where}.canvas_id"),
+            handed_in_outputs=tuple((str(gid), _str_list(cells, f"{where}.handed_in_outputs.{gid}"))
+                                    for gid, cells in shown.items())))
     return Course(title=_expect(data.get("title"), str, "title"),
                   student_repo=_repo(repos.get("student"), "repositories.student"),
                   instructor_repo=_repo(repos.get("instructor"), "repositories.instructor"),

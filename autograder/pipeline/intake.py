@@ -3,7 +3,9 @@
 Every submitted file is read under its own error boundary and rebuilt from scratch:
 only each cell's type, source, id and (well-formed) nbgrader metadata survive; outputs,
 attachments, widgets and any other metadata are dropped (grading executes the notebook
-again anyway).  Whatever is wrong with a file (not JSON, a byte-order mark, ``"nbgrader":
+again anyway).  Only the outputs of the cells ``course.yml`` names under ``handed_in_outputs``
+are kept aside, as bounded plain text (``handed_in_outputs``), for the hand grader to see what
+the student saw.  Whatever is wrong with a file (not JSON, a byte-order mark, ``"nbgrader":
 null``, a code cell without ``outputs``, binary junk) either gets repaired with a note or
 becomes a one-line reason; it never raises past ``read_submission``.
 """
@@ -44,6 +46,7 @@ class Submission:
     source: str = ""                                  # the file's name as it came (an LMS zip's entry)
     grade_ids: set = field(default_factory=set)      # the grade ids its cells carried, before repair
     remarks: list[str] = field(default_factory=list)  # other files of this student, and what became of them
+    handed_in: dict = field(default_factory=dict)     # grade id -> the text of its outputs as handed in
 
 
 def _name_part(path: Path, assignment: str) -> str:
@@ -181,9 +184,29 @@ def rebuild(raw: dict) -> tuple[nbformat.NotebookNode, list[str]]:
     return nb, notes
 
 
-def read_submission(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
+def handed_in_outputs(raw: dict, grade_ids) -> dict[str, str]:
+    """grade id -> the outputs of that code cell of ``raw`` (a parsed notebook, untrusted) as the
+    student handed it in: bounded plain text (``autograder.text.outputs``), first cell of an id."""
+    from autograder.text.outputs import output_text
+
+    wanted, out = set(grade_ids), {}
+    cells = raw.get("cells") if isinstance(raw, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
+        if not wanted - set(out):
+            break
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code" or not isinstance(cell.get("metadata"), dict):
+            continue
+        meta = _nbgrader_meta(cell["metadata"].get("nbgrader"))
+        gid = meta and meta.get("grade_id")
+        if gid in wanted and gid not in out:
+            out[gid] = output_text(cell.get("outputs"))
+    return out
+
+
+def read_submission(path: Path, handed_in: dict | None = None, keep=()) -> tuple[nbformat.NotebookNode, list[str]]:
     """Parse a submitted file as a notebook: (notebook, repair notes), or IntakeError with
-    a one-line reason."""
+    a one-line reason.  ``handed_in`` (a dict), when given, receives the handed-in outputs of
+    the cells whose grade ids ``keep`` names (``handed_in_outputs``)."""
     if path.suffix.lower() != ".ipynb":
         raise IntakeError(f"not a notebook: {path.name} (expected a .ipynb file)")
     try:
@@ -208,6 +231,11 @@ def read_submission(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
         raise IntakeError(f"corrupt notebook: {path.name} is nested too deeply") from None
     if not isinstance(raw, dict) or ("cells" not in raw and "worksheets" not in raw):
         raise IntakeError(f"corrupt notebook: {path.name} has no cells")
+    if handed_in is not None and keep:
+        try:
+            handed_in.update(handed_in_outputs(raw, keep))
+        except (RecursionError, MemoryError, TypeError, ValueError, AttributeError):
+            notes.append("the outputs it was handed in with could not be read")
     try:
         nb, more = rebuild(raw)
     except IntakeError as exc:

@@ -149,6 +149,7 @@ def read(run, collected: Collected) -> list[Submission]:
         settings = run.settings
         run.checking = Ahead(lambda: run.backend.check(settings))
     rel = run.rel = released_notebook(run)
+    shown = {c for _, cells in getattr(run.spec, "handed_in_outputs", ()) for c in cells}  # kept for hand grading
     subs: list[Submission] = []
     seen: dict[str, Submission] = {}
     # two students never share an id (José_x.ipynb and Josè_x.ipynb both make Jos): both refused
@@ -173,7 +174,7 @@ def read(run, collected: Collected) -> list[Submission]:
                                      lms={"lms_id": e.lms_id, "name": e.name})
         subs.append(sub)
         try:
-            nb, notes = read_submission(path)
+            nb, notes = read_submission(path, sub.handed_in, shown)
             if untouched(nb, rel.nb):
                 sub.remarks.append(NO_ANSWER)
             sub.grade_ids = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
@@ -371,8 +372,11 @@ def _written_answers_changed(run, sid: str, out) -> dict:
 def _move_files(run, outcomes: dict) -> None:
     """Graded notebooks and feedback pages into nbgrader's folders; what they replace (and the
     folders of a student whose new file could not be graded) into the history's archive."""
+    from autograder.text.outputs import write_handed_in
+
     archive = run.paths.archive(run.run_id)
     name = run.release.notebook if run.release else f"{run.assignment}.ipynb"
+    handed_in = {s.student_id: s.handed_in for s in run.subs if getattr(run.spec, "handed_in_outputs", ())}
     for sid, out in outcomes.items():
         for step, new, filename in (("autograded", out.autograded, name),
                                     ("feedback", out.feedback, name.replace(".ipynb", ".html"))):
@@ -384,6 +388,8 @@ def _move_files(run, outcomes: dict) -> None:
             if out.graded and new is not None:
                 folder.mkdir(parents=True, exist_ok=True)
                 shutil.copy(new, folder / filename)
+                if step == "autograded" and handed_in.get(sid) is not None:
+                    write_handed_in(folder, handed_in[sid])
 
 
 def _keep_copies(run) -> None:

@@ -20,6 +20,13 @@ the form token, which only pages served to the secret's holder contain.  Student
 answers are shown as markdown rendered to HTML and cleaned by an allow-list sanitiser
 (``nh3``), with their source beside it; every page is sent with a Content-Security-Policy that
 allows no script at all, and no image from elsewhere.
+
+Outputs as handed in.  Grading re-runs every notebook with the settings of ``course.yml`` (the
+LLM lab: always the offline model), so the outputs in the graded notebook may not be the ones
+a written answer talks about (a student who ran SmolLM2 or an API quotes those).  For the cells
+``course.yml`` names under ``handed_in_outputs``, each answer shows the outputs of those cells
+twice, side by side: "as handed in" (kept from the submitted file at intake, plain text,
+bounded) and the grader's re-run.  Both are the student's text: escaped, bidi controls shown.
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course.cells import answer_version
+from autograder.text.outputs import output_text, read_handed_in
 
 from .classbook import graded_cells
 from .gradebook import db_url
@@ -60,6 +68,8 @@ class Answer:
     answer_version: str = ""   # a checksum of the answer as shown (course.cells.answer_version)
     grade_version: str = ""    # a checksum of the grade as shown (its points and comment)
     note: str = ""             # e.g. the answer changed since it was hand-graded
+    # (cell grade id, its outputs as handed in or None when none were kept, the grader's re-run)
+    outputs: list = field(default_factory=list)
 
 
 @dataclass
@@ -72,6 +82,7 @@ class HandGradedCell:
     mark_scheme: str       # from solutions/: what a full-credit answer contains
     answers: list[Answer] = field(default_factory=list)
     cell_type: str = "markdown"   # "markdown": a written answer; "code": code a person reads
+    shown: tuple = ()             # the cells whose outputs as handed in its grader sees (course.yml)
 
     @property
     def done(self) -> int:
@@ -89,6 +100,12 @@ class HandGrading:
         self.notebook = rel[0].name
         self.released = nbformat.read(rel[0], as_version=4)
         self.source = nbformat.read(self.root / "solutions" / assignment / self.notebook, as_version=4)
+        try:
+            from autograder.course.model import load
+
+            self.spec = load(self.root).assignment(assignment)
+        except (KeyError, ValueError, OSError):
+            self.spec = None
 
     def cells(self) -> list[HandGradedCell]:
         from nbgrader.api import Gradebook, MissingEntry
@@ -101,8 +118,9 @@ class HandGrading:
                 continue
             index, cell = by_id[info.grade_id]
             prompt = next((c.source for c in reversed(self.released.cells[:index]) if c.cell_type == "markdown"), "")
+            shown = self.spec.shown_outputs(info.grade_id) if self.spec is not None else ()
             out.append(HandGradedCell(info.grade_id, info.question, info.label, info.points, prompt,
-                                      schemes.get(info.grade_id, ""), cell_type=cell.cell_type))
+                                      schemes.get(info.grade_id, ""), cell_type=cell.cell_type, shown=shown))
         again = self._answered_anew()
         with Gradebook(db_url(self.grading)) as gb:
             for sub in gb.assignment_submissions(self.assignment):
@@ -113,6 +131,7 @@ class HandGrading:
                 except (OSError, ValueError):
                     continue
                 cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+                handed_in = read_handed_in(path.parent) if any(hc.shown for hc in out) else None
                 for hc in out:
                     cell = cells.get(hc.grade_id)
                     try:
@@ -127,9 +146,12 @@ class HandGrading:
                     before = again.get((sid, hc.grade_id))
                     note = (f"answered anew since it was hand-graded ({before:g} points before)"
                             if before is not None and grade.manual_score is None else "")
+                    runs = [(gid, None if handed_in is None else handed_in.get(gid, ""),
+                             output_text(cells[gid].get("outputs")) if gid in cells else "") for gid in hc.shown]
                     hc.answers.append(Answer(sid, text, output[-5000:], answered, grade.manual_score,
                                              comment.manual_comment or "", answer_version(text),
-                                             grade_version(grade.manual_score, comment.manual_comment), note))
+                                             grade_version(grade.manual_score, comment.manual_comment), note,
+                                             runs))
         for hc in out:
             hc.answers.sort(key=lambda a: (not a.answered, a.student_id))
         return out
@@ -244,6 +266,11 @@ details summary { color: #666; font-size: small; cursor: pointer; }
 textarea { width: 100%; height: 3.5em; }
 input[type=number] { width: 6em; }
 table td { padding: 0.2rem 0.8rem 0.2rem 0; }
+.runs { display: grid; grid-template-columns: 1fr 1fr; gap: 0.6rem; margin: 0.4rem 0; }
+.runs > p { grid-column: 1 / -1; margin: 0.4rem 0 0; }
+.runs pre { max-height: 24rem; overflow: auto; }
+.handed-in { border-left: 4px solid #8a6d3b; padding-left: 0.4rem; }
+.rerun { border-left: 4px solid #4c72b0; padding-left: 0.4rem; }
 .anchor-link { display: none; }  /* the heading anchors of the rendered question: no page of anchors here */
 """
 
@@ -281,6 +308,23 @@ def index_page(hg: HandGrading, cells: list[HandGradedCell]) -> bytes:
     return _page(f"{hg.assignment}: hand grading", body)
 
 
+def _runs(a: Answer) -> str:
+    """The outputs behind an answer: as the student handed them in, beside the grader's re-run."""
+    if not a.outputs:
+        return ""
+    parts = ["<div class='runs'>"]
+    for gid, handed_in, rerun in a.outputs:
+        mine = ("<i>not kept: this notebook was graded before handed-in outputs were kept</i>" if handed_in is None
+                else "<i>no output: the cell had not been run in the file handed in</i>" if not handed_in.strip()
+                else f"<pre>{html.escape(handed_in)}</pre>")
+        theirs = f"<pre>{html.escape(rerun)}</pre>" if rerun.strip() else "<i>no output in the grader's run</i>"
+        parts.append(f"<p>cell <code>{html.escape(gid)}</code></p>"
+                     f"<div class='handed-in'><b>as handed in</b> <small>(the student's own run)</small>{mine}</div>"
+                     f"<div class='rerun'><b>grader's re-run</b> <small>(the grading settings)</small>{theirs}</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
 def cell_page(hg: HandGrading, cell: HandGradedCell, token: str, message: str = "") -> bytes:
     parts = [f"<p><a href='/'>&larr; all questions</a></p><h1>{html.escape(cell.label)} "
              f"<small>({cell.max_points:g} points)</small></h1>"]
@@ -303,7 +347,8 @@ def cell_page(hg: HandGrading, cell: HandGradedCell, token: str, message: str = 
             + (f"<div class='written'>{_markdown(a.text)}</div><details><summary>source</summary>"
                f"<pre>{html.escape(a.text)}</pre></details>" if cell.cell_type == "markdown" else
                f"<pre>{html.escape(a.text)}</pre>")
-            + (f"<pre>{html.escape(a.output)}</pre>" if a.output.strip() else "")
+            + (f"<pre>{html.escape(a.output)}</pre>" if a.output.strip() and cell.grade_id not in cell.shown else "")
+            + _runs(a)
             + (f"<input type='hidden' name='version__{sid}' value='{html.escape(a.answer_version)}."
                f"{html.escape(a.grade_version)}'><input type='hidden' name='shown__{sid}' value='"
                f"{html.escape(json.dumps(['' if a.points is None else f'{a.points:g}', a.comment]))}'>"
