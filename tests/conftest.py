@@ -191,6 +191,16 @@ def built_book():
     return ROOT / "_build" / "html"
 
 
+@pytest.fixture(scope="session")
+def fake_graded_class(tmp_path_factory):
+    """The small Canvas class of tests/record_class.py, judged by the fake backend once per test
+    run (per worker) and shared by the modules that start from it; a test that changes the
+    record works on a copy of ``["grading"]``, in a folder of its own under ``["tmp"]``."""
+    from record_class import graded_class
+
+    return graded_class(tmp_path_factory.mktemp("record"))
+
+
 def fork_checkout(dest: Path) -> Path:
     """A copy of this checkout in ``dest``: the files git tracks, and new ones it does not ignore."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,

@@ -1,6 +1,6 @@
 """The small Canvas class the record's tests start from (tests/test_class_record.py,
-tests/test_record_killed.py): graded once per module by the fake backend, then copied by each
-test that changes it."""
+tests/test_record_killed.py): judged by the fake backend once per test run
+(conftest.fake_graded_class), then copied by each test that changes it."""
 from __future__ import annotations
 
 import csv

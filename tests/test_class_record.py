@@ -25,7 +25,7 @@ from autograder.pipeline.run import grade
 from autograder.records import classrecord
 from conftest import filled_exercise
 from fakebackend import use_fake_backend
-from record_class import canvas as _canvas, fake, graded_class as grade_class, rows as _rows, state as _state
+from record_class import canvas as _canvas, fake, rows as _rows, state as _state
 
 EXPORTS = ("grades.csv", "canvas.csv", "moodle.csv", "histogram.png", "pass_rates.png")
 
@@ -36,9 +36,9 @@ def fake_backend(monkeypatch):
     return use_fake_backend(monkeypatch, fake())
 
 
-@pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
-    return grade_class(tmp_path_factory.mktemp("record"))
+@pytest.fixture
+def graded_class(fake_graded_class):
+    return fake_graded_class  # conftest.py: judged once per test run
 
 
 def _copy(graded_class, name: str) -> Path:

@@ -15,12 +15,12 @@ import time
 import pytest
 
 from conftest import ROOT, as_from_a_terminal
-from record_class import graded_class as grade_class, state
+from record_class import state
 
 
-@pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
-    return grade_class(tmp_path_factory.mktemp("killed"))
+@pytest.fixture
+def graded_class(fake_graded_class):
+    return fake_graded_class  # conftest.py: judged once per test run
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C"])
