@@ -230,7 +230,7 @@ BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publis
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
 SLOW_FIRST = ["test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
-              "test_modern_decoder.py", "test_tamper.py", "test_autograde.py", "test_class_grading.py",
+              "test_modern_decoder.py", "test_tamper.py", "test_autograde.py",
               "test_concepts_lab.py", "test_llm_backends.py", "test_record_killed.py"]
 
 
@@ -261,14 +261,14 @@ def pytest_runtest_setup(item):
 # that is in no list is not fast (tests/test_suite_workers.py asks for every module to be listed).
 TIERS = {
     "fast": {"test_course.py", "test_layers.py", "test_colab_runtimes.py", "test_docs.py", "test_identity.py",
-             "test_visible_text.py", "test_record_errors.py", "test_book_claims.py", "test_llm_client.py",
+             "test_visible_text.py", "test_record_errors.py", "test_class_grading.py", "test_book_claims.py", "test_llm_client.py",
              "test_publish_proof.py", "test_worked_examples.py", "test_suite_workers.py", "test_runtime_clashes.py",
              "test_data.py", "test_lms_roster.py", "test_feedback_page.py", "test_class_record.py"},
     "sandbox": {"test_sandbox.py", "test_isolation.py", "test_zygote.py", "test_judge.py", "test_fair_time.py",
                 "test_tamper.py", "test_selfcheck.py", "test_handgrade.py",
                 "test_lms.py", "test_toy_pipeline.py"},
     "assignments": {"test_autograde.py", "test_arithmetic_assignments.py", "test_finetune.py", "test_modern_decoder.py",
-                    "test_concepts_lab.py", "test_class_grading.py", "test_record_killed.py", "test_release.py",
+                    "test_concepts_lab.py", "test_record_killed.py", "test_release.py",
                     "test_instructor_notebook.py", "test_llm_backends.py", "test_mistakes.py", "test_offline_model.py",
                     "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py"},

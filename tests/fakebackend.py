@@ -14,8 +14,10 @@ limit) is tested with the real backends (tests/test_autograde.py, tests/test_toy
 
 The outcome of a submission, in this order:
   * ``fail``: {text: cause} -- a notebook with ``text`` in a cell is not graded, for ``cause``;
+  * a notebook whose every answer cell is still as released (nbgrader's checksum) scores 0;
   * ``lose``: {text: [grade_id, ...]} -- a notebook with ``text`` in a cell scores 0 on those
-    tests; every other graded cell gets its full points (a cell left for hand grading waits).
+    tests; every other test gets its full points.  A written answer waits for a grader, unless
+    it is still as released: then it scores 0, as nbgrader scores it.
 """
 from __future__ import annotations
 
@@ -82,13 +84,16 @@ class FakeBackend:
         except MissingEntry:
             pass
         submission = gb.add_submission(batch.assignment, sid)
+        unanswered = _unanswered(gb, batch, nb)
+        untouched = bool(unanswered) and unanswered == _answer_ids(nb)
         for nb_row in submission.notebooks:
             for grade in nb_row.grades:
                 cell = grade.cell
-                if cell.cell_type == "markdown" or not _autograded(cell):
-                    grade.needs_manual_grade = True
+                if not _autograded(cell):  # a written answer: nbgrader scores an unchanged one 0
+                    grade.auto_score = 0.0 if cell.name in unanswered else None
+                    grade.needs_manual_grade = cell.name not in unanswered
                 else:
-                    grade.auto_score = 0.0 if cell.name in lost else float(cell.max_score)
+                    grade.auto_score = 0.0 if cell.name in lost or untouched else float(cell.max_score)
                     grade.needs_manual_grade = False
         gb.db.commit()
         autograded = folder / "autograded" / sid / batch.nb_name
@@ -105,6 +110,32 @@ class FakeBackend:
 def _autograded(cell) -> bool:
     """A code cell nbgrader grades by running it (a test cell, or an autograded answer)."""
     return cell.cell_type == "code"
+
+
+def _answer_ids(nb) -> set:
+    return {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("solution")}
+
+
+def _unanswered(gb, batch, nb) -> set:
+    """The answer cells of ``nb`` still as released (nbgrader's test: the cell's checksum is the
+    release's).  When every answer is, the notebook was handed in untouched: every test fails."""
+    from nbgrader.api import MissingEntry
+    from nbgrader.utils import compute_checksum
+
+    name = Path(batch.nb_name).stem
+    out = set()
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader")
+        if not (isinstance(meta, dict) and meta.get("solution")):
+            continue
+        try:
+            released = gb.find_source_cell(meta["grade_id"], name, batch.assignment).checksum
+        except MissingEntry:
+            continue
+        if compute_checksum(cell) == released:
+            out.add(meta["grade_id"])
+    return out
 
 
 def use_fake_backend(monkeypatch, fake: FakeBackend) -> FakeBackend:
