@@ -191,6 +191,16 @@ def built_book():
     return ROOT / "_build" / "html"
 
 
+@pytest.fixture(scope="session")
+def fake_graded_class(tmp_path_factory):
+    """The small Canvas class of tests/record_class.py, judged by the fake backend once per test
+    run (per worker) and shared by the modules that start from it; a test that changes the
+    record works on a copy of ``["grading"]``, in a folder of its own under ``["tmp"]``."""
+    from record_class import graded_class
+
+    return graded_class(tmp_path_factory.mktemp("record"))
+
+
 def fork_checkout(dest: Path) -> Path:
     """A copy of this checkout in ``dest``: the files git tracks, and new ones it does not ignore."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
@@ -220,8 +230,8 @@ BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publis
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
 SLOW_FIRST = ["test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
-              "test_modern_decoder.py", "test_post_training.py", "test_tamper.py", "test_autograde.py", "test_class_grading.py",
-              "test_concepts_lab.py", "test_llm_backends.py", "test_class_record.py"]
+              "test_modern_decoder.py", "test_post_training.py", "test_tamper.py", "test_autograde.py",
+              "test_concepts_lab.py", "test_llm_backends.py", "test_record_killed.py"]
 
 
 def work_unit(nodeid: str) -> str:
@@ -251,15 +261,15 @@ def pytest_runtest_setup(item):
 # that is in no list is not fast (tests/test_suite_workers.py asks for every module to be listed).
 TIERS = {
     "fast": {"test_course.py", "test_layers.py", "test_colab_runtimes.py", "test_docs.py", "test_identity.py",
-             "test_visible_text.py", "test_record_errors.py", "test_book_claims.py", "test_llm_client.py",
+             "test_visible_text.py", "test_record_errors.py", "test_class_grading.py", "test_book_claims.py", "test_llm_client.py",
              "test_publish_proof.py", "test_worked_examples.py", "test_suite_workers.py", "test_runtime_clashes.py",
              "test_data.py", "test_lms_roster.py", "test_feedback_page.py", "test_book_figures.py",
-             "test_exercises.py", "test_budget.py", "test_llm_scoring.py", "test_handed_in.py"},
+             "test_exercises.py", "test_budget.py", "test_llm_scoring.py", "test_handed_in.py", "test_class_record.py"},
     "sandbox": {"test_sandbox.py", "test_isolation.py", "test_zygote.py", "test_judge.py", "test_fair_time.py",
                 "test_tamper.py", "test_selfcheck.py", "test_handgrade.py",
-                "test_lms.py"},
+                "test_lms.py", "test_toy_pipeline.py"},
     "assignments": {"test_autograde.py", "test_arithmetic_assignments.py", "test_finetune.py", "test_modern_decoder.py",
-                    "test_concepts_lab.py", "test_class_grading.py", "test_class_record.py", "test_release.py",
+                    "test_concepts_lab.py", "test_record_killed.py", "test_release.py",
                     "test_instructor_notebook.py", "test_llm_backends.py", "test_mistakes.py", "test_offline_model.py",
                     "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py", "test_post_training.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py",

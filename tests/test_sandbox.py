@@ -254,3 +254,17 @@ def test_probe_with_the_gpu_flag_caps_the_data_segment_instead():
 def test_no_gpu_here_means_no_gpu_in_the_sandbox(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "DEV", tmp_path)  # a machine without NVIDIA nodes
     assert sandbox.gpu_nodes() == [] and sandbox.gpu_works_in_sandbox() is False
+
+
+def test_a_broken_sandbox_stops_the_run_before_anyone_is_graded(tmp_path):
+    """(From tests/test_class_grading.py, which judges with the fake backend now.)  A kernel that cannot start Python (here: 40 MB of address space) is found by the
+    self-test: exit status 2, one line, and no grades written."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "s1_attention.ipynb").write_bytes((ROOT / "exercises" / "attention" / "attention.ipynb").read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", "attention", str(subs), "--memory-mb", "40",
+                           "--out", str(tmp_path / "out"), "--grading-dir", str(tmp_path / "g")],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot run Python" in proc.stderr and "no submission was graded" in proc.stderr
+    assert not (tmp_path / "out" / "grades.csv").exists()
