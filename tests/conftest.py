@@ -253,7 +253,7 @@ TIERS = {
     "fast": {"test_course.py", "test_layers.py", "test_colab_runtimes.py", "test_docs.py", "test_identity.py",
              "test_visible_text.py", "test_record_errors.py", "test_book_claims.py", "test_llm_client.py",
              "test_publish_proof.py", "test_worked_examples.py", "test_suite_workers.py", "test_runtime_clashes.py",
-             "test_data.py", "test_lms_roster.py", "test_feedback_page.py"},
+             "test_data.py", "test_lms_roster.py", "test_feedback_page.py", "test_record_crash.py"},
     "sandbox": {"test_sandbox.py", "test_isolation.py", "test_zygote.py", "test_judge.py", "test_fair_time.py",
                 "test_tamper.py", "test_selfcheck.py", "test_handgrade.py",
                 "test_lms.py"},
