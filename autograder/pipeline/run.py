@@ -108,9 +108,13 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     record changed) when the run cannot grade: an unknown assignment, the wrong zip, a broken
     sandbox, an unreachable database, another command changing the assignment's record (unless
     ``wait``: then it waits for that one, ``autograder.records.writer``)."""
-    run = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
-                   settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
-                                    sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
+    try:
+        run = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
+                       settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
+                                        sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
+    except OSError as exc:  # a full disk before the run could start: one line
+        where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path(grading_dir or "grading")
+        raise GradingError(disk_line(exc, where, "nothing of this run reached the class record")) from None
     run.missing = missing
     try:
         try:
