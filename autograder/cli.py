@@ -128,14 +128,22 @@ class _Writer:
         self.args, self.url, self.command = args, url, command
 
     def __enter__(self):
+        from autograder.records.files import recover
         from autograder.records.writer import RecordBusy, writing
 
         self._cm = writing(self.url, self.args.assignment, f"{self.command} {self.args.assignment}",
                            wait=getattr(self.args, "wait", False))
         try:
-            return self._cm.__enter__()
+            held = self._cm.__enter__()
         except RecordBusy as exc:
             raise CliError(str(exc)) from None
+        try:  # a command killed half way through a change of this record: completed or rolled back
+            for line in recover(_grading_dir(self.args).resolve(), self.url, self.args.assignment):
+                print(line, file=sys.stderr)
+        except BaseException:
+            self._cm.__exit__(*sys.exc_info())
+            raise
+        return held
 
     def __exit__(self, *exc):
         return self._cm.__exit__(*exc)
@@ -172,8 +180,13 @@ def _cmd_export(args) -> int:
     with _Writer(args, url, "export"):
         rel = prepare_release(args.assignment, grading, ROOT)
         out = Path(args.out) if args.out else grading / "reports" / args.assignment
-        result = export(args.assignment, grading, out, rel.nb, spec.lms_column, spec.canvas_id,
-                        feedback=not args.no_feedback, root=ROOT, missing=args.missing)
+        try:
+            result = export(args.assignment, grading, out, rel.nb, spec.lms_column, spec.canvas_id,
+                            feedback=not args.no_feedback, root=ROOT, missing=args.missing)
+        except OSError as exc:  # a full disk: the files of before stay, whole
+            from autograder.records.files import disk_line
+
+            raise CliError(disk_line(exc, out, "the exports are as they were")) from None
     graded = [r for r in result.rows if r.status == "graded"]
     pending = sum(1 for r in graded if r.pending)
     print(f"{len(result.rows)} students: {len(graded)} graded ({pending} with written answers awaiting a grader), "
@@ -238,19 +251,50 @@ def _rebuild(args):
                   spec.canvas_id)
 
 
+def _rebuilt(args, what: str) -> None:
+    """``_rebuild`` after a change reached the record; a full disk is one line saying so."""
+    from autograder.records.files import disk_line
+
+    try:
+        _rebuild(args)
+    except OSError as exc:
+        raise CliError(disk_line(exc, _grading_dir(args).resolve() / "reports" / args.assignment,
+                                 f"{what} is in the class record, with its files; the exports are as they were: "
+                                 f"python -m autograder export {args.assignment} writes them")) from None
+
+
+def _disk_error(exc: BaseException, args) -> CliError | None:
+    from autograder.records.files import disk_line
+
+    if isinstance(exc, OSError):
+        return CliError(disk_line(exc, _grading_dir(args).resolve(), "nothing of the class record changed"))
+    if "disk is full" in str(exc):
+        return CliError(f"the gradebook could not be written ({str(exc).splitlines()[0]}): nothing of the "
+                        "class record changed")
+    return None
+
+
 def _cmd_undo(args) -> int:
+    import uuid
+
     from autograder.records.classrecord import RecordError, undo
-    from autograder.records.files import held_interrupt, restore_files
+    from autograder.records.files import FileChanges, held_interrupt, stage_restore
 
     url = _recorded(args)
+    grading = _grading_dir(args).resolve()
+    undo_id, staged = uuid.uuid4().hex, []
     with _Writer(args, url, "undo"):
         with held_interrupt():  # the record and the files it names change together
-            try:
-                entry, undone, changes = undo(url, args.assignment, args.run)
-            except RecordError as exc:
-                raise CliError(str(exc)) from None
-            restore_files(_grading_dir(args).resolve(), args.assignment, entry.id, [r.id for r in undone])
-        _rebuild(args)
+            try:  # the files staged (a journal written) inside the transaction, before it commits
+                entry, undone, changes = undo(url, args.assignment, args.run, run_id=undo_id, before_commit=lambda runs:
+                                              staged.append(stage_restore(grading, args.assignment, undo_id, runs)))
+            except Exception as exc:  # noqa: BLE001 - nothing reached the record: nothing staged stays
+                FileChanges(grading, args.assignment, undo_id, "undo").discard()
+                if isinstance(exc, RecordError):
+                    raise CliError(str(exc)) from None
+                raise _disk_error(exc, args) or exc
+            staged[0].apply()
+        _rebuilt(args, f"the undo (run {undo_id[:8]})")
     print(f"undid run(s) {', '.join(str(r.seq) for r in undone)} of {args.assignment}: the class record is as it was "
           f"before run {min(r.seq for r in undone)}; exports rebuilt")
     if changes:
@@ -265,8 +309,10 @@ def _cmd_remove(args) -> int:
 
 
 def _remove(args, url: str) -> int:
+    import uuid
+
     from autograder.records.classrecord import Commit, commit, read_roster, with_submission
-    from autograder.records.files import archive_student, held_interrupt
+    from autograder.records.files import FileChanges, held_interrupt, stage_removal
 
     roster = read_roster(url)
     change = Commit(args.assignment, kind="remove", data={"removed": list(args.students)})
@@ -284,11 +330,16 @@ def _remove(args, url: str) -> int:
         change.intake[sid] = None
     if args.from_roster:
         change.roster = {k: v for k, v in roster.items() if k not in args.students}
+    grading, run_id = _grading_dir(args).resolve(), uuid.uuid4().hex
     with held_interrupt():  # the record and the files it names change together
-        run_id, changes = commit(url, change)
-        for sid in args.students:
-            archive_student(_grading_dir(args).resolve(), args.assignment, sid, run_id)
-    _rebuild(args)
+        try:  # the files staged (undo's copies made, a journal written) before the transaction
+            staged = stage_removal(grading, args.assignment, args.students, run_id)
+            run_id, changes = commit(url, change, run_id=run_id)
+        except Exception as exc:  # noqa: BLE001 - nothing reached the record: nothing staged stays
+            FileChanges(grading, args.assignment, run_id, "remove").discard()
+            raise _disk_error(exc, args) or exc
+        staged.apply()
+    _rebuilt(args, f"the removal (run {run_id[:8]})")
     what = "students (from the roster and their submissions)" if args.from_roster else "submissions"
     print(f"removed the {what} of {', '.join(args.students)} from {args.assignment} (run {run_id[:8]}; "
           f"python -m autograder undo {args.assignment} takes it back); exports rebuilt")

@@ -9,7 +9,8 @@ A grading folder (``grading/`` of the checkout unless ``--grading-dir`` says oth
 * ``reports/<assignment>/``: grades.csv, canvas.csv, moodle.csv, plots and ``feedback/<student>.html``;
 * ``collected/<assignment>/``: the notebooks taken from the last LMS download, and its report;
 * ``class/roster.csv``: a copy of the class roster kept in the gradebook;
-* ``history/<run>/``: what each run replaced (graded notebooks and feedback pages), for ``undo``;
+* ``history/<run>/``: what each run replaced (graded notebooks and feedback pages), for ``undo``, and
+  while a change of the record is under way its staged files and journal (``records.files``);
 * ``runs/<run>/``: a run's private folder while it works; nothing in it is part of the record.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@
     screen    another assignment's files, students off the roster: refused; the wrong zip stops here
     prepare   the sandbox proved where kernels run, the release, the offline models
     judge     the backend (local processes or Dask)      -> {student: Outcome}
-    commit    the class record, in one transaction with its history; files moved into place
+    commit    the class record, in one transaction with its history; its files staged before, renamed after
     export    grades.csv, canvas.csv, moodle.csv, plots, a feedback page per student -> Report
 
 Nothing reaches the class record before ``commit``: until then the run works in a folder of its
@@ -13,6 +13,10 @@ own (``grading/runs/<id>/``), removed when it ends, however it ends.  A run stop
 or killed before ``commit`` leaves the record as it was; a Ctrl-C during ``commit`` waits until the
 record and its files are written, and then (as one during ``export``) stops the run with
 ``StoppedAfterCommit``: the run is in the history, and ``export`` rebuilds what it did not write.
+A run killed during ``commit`` leaves a journal of its files (``records.files.FileChanges``): the
+next command on the assignment completes the run when its transaction committed, else removes
+what it staged, and says which.  A full disk at any step is one line (GradingError): before the
+commit nothing of the run is in the record; after it, the run is, and the exports stay as before.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from autograder.course.paths import GradingPaths
 from autograder.course.settings import GradingSettings
 from autograder.isolation.scratch import OWNER, remove_tree
 from autograder.records import classrecord, gradebook
-from autograder.records.files import held_interrupt
+from autograder.records.files import disk_line, held_interrupt, recover
 from autograder.records.writer import RecordBusy, writing
 
 from . import stages
@@ -104,9 +108,13 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     record changed) when the run cannot grade: an unknown assignment, the wrong zip, a broken
     sandbox, an unreachable database, another command changing the assignment's record (unless
     ``wait``: then it waits for that one, ``autograder.records.writer``)."""
-    run = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
-                   settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
-                                    sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
+    try:
+        run = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
+                       settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
+                                        sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
+    except OSError as exc:  # a full disk before the run could start: one line
+        where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path(grading_dir or "grading")
+        raise GradingError(disk_line(exc, where, "nothing of this run reached the class record")) from None
     run.missing = missing
     try:
         try:
@@ -123,12 +131,23 @@ def _run_stages(run: Run) -> Report:
     """Every stage in turn, while this run holds the assignment's writer lock."""
     assignment = run.assignment
     value = run.source
+    # a command killed half way through a change of this record: its files completed or removed
+    run.report.warnings += recover(run.paths.root, run.url, assignment)
     try:
         for stage in STAGES:
             # the record's transaction and the files it names move together: a Ctrl-C then
             # waits until both are done, and stops the run after them
             with held_interrupt() if stage is stages.commit else contextlib.nullcontext() as held:
-                value = stage(run, value)
+                try:
+                    value = stage(run, value)
+                except OSError as exc:
+                    if not run.run_id:
+                        raise GradingError(disk_line(exc, run.paths.root, "nothing of this run reached the "
+                                                                          "class record")) from None
+                    raise GradingError(disk_line(
+                        exc, run.report.out_dir, f"the run is in the class record (run {run.run_id[:8]}), with its "
+                        "graded notebooks and feedback; its exports are as they were before it: "
+                        f"python -m autograder export {assignment} writes them")) from None
             if held:
                 raise KeyboardInterrupt
     except KeyboardInterrupt:

@@ -2,15 +2,15 @@
 
 Nothing reaches the class record before ``commit``: the stages before it read, check and judge
 into the run's own folder; ``commit`` writes the run into the record in one transaction (with
-its history) and moves its files into place; ``export`` rebuilds every file for the instructor,
+its history), its files staged before and renamed into place after; ``export`` rebuilds every file for the instructor,
 the students and the LMS from the record.
 """
 from __future__ import annotations
 
 import hashlib
 import platform
-import shutil
 import time
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from autograder import SOURCE_DIR
 from autograder.authoring.release import release, write_atomic
 from autograder.course.errors import GradingError
 from autograder.records import classrecord, gradebook
+from autograder.records.files import FileChanges, disk_line, replacing
 
 from . import tamper
 from .intake import (IntakeError, Submission, colliding_names, collision_reason, read_submission,
@@ -346,11 +347,35 @@ def commit(run, outcomes: dict) -> dict:
         for sid in run.added:
             roster[sid] = {"student_id": sid, "added": "yes"}
         change.roster = roster
-    run.run_id, run.changes = classrecord.commit(run.url, change)
+    run_id = uuid.uuid4().hex
+    staged = FileChanges(run.paths.root, run.assignment, run_id, "grade")
+    try:  # every file the run names staged (and undo's copies made) before the transaction
+        _stage_files(run, outcomes, staged)
+        _stage_copies(run, change, staged)
+        staged.journal()
+        run.run_id, run.changes = classrecord.commit(run.url, change, run_id=run_id)
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt):  # a kill leaves the journal: the next start rolls back
+            staged.discard()
+        if isinstance(exc, OSError):
+            raise GradingError(disk_line(exc, run.paths.root, "nothing of this run reached the class record")) from None
+        if _disk_full(exc):
+            raise GradingError(f"the gradebook could not be written ({_first_line(exc)}): nothing of this run "
+                               "reached the class record") from None
+        raise
     run.rehand = change.rehand
-    _move_files(run, outcomes)
-    _keep_copies(run)
+    staged.apply()  # renames only: no byte to write, nothing a full disk stops
     return outcomes
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """The database's own error for a full disk (SQLite: "database or disk is full")."""
+    return "disk is full" in str(exc) or "No space left" in str(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _written_answers_changed(run, sid: str, out) -> dict:
@@ -370,45 +395,38 @@ def _written_answers_changed(run, sid: str, out) -> dict:
             or normalised_answer(old.get(gid, "")) != normalised_answer(new.get(gid, "")) for gid in manual}
 
 
-def _move_files(run, outcomes: dict) -> None:
-    """Graded notebooks and feedback pages into nbgrader's folders; what they replace (and the
-    folders of a student whose new file could not be graded) into the history's archive."""
-    from autograder.text.outputs import write_handed_in
+def _stage_files(run, outcomes: dict, staged: FileChanges) -> None:
+    """Graded notebooks and feedback pages staged for nbgrader's folders; the files they replace
+    (and those of a student whose new file could not be graded) copied into the run's archive.
+    Beside a graded notebook: the outputs its student handed in, where course.yml keeps them."""
+    from autograder.text.outputs import HANDED_IN_FILE, write_handed_in
 
-    archive = run.paths.archive(run.run_id)
     name = run.release.notebook if run.release else f"{run.assignment}.ipynb"
     handed_in = {s.student_id: s.handed_in for s in run.subs if getattr(run.spec, "handed_in_outputs", ())}
     for sid, out in outcomes.items():
+        staged.keep(sid)
         for step, new, filename in (("autograded", out.autograded, name),
                                     ("feedback", out.feedback, name.replace(".ipynb", ".html"))):
-            folder = run.paths.step(step, sid, run.assignment)
-            if folder.exists():
-                target = archive / step / sid
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(folder), str(target))
-            if out.graded and new is not None:
-                folder.mkdir(parents=True, exist_ok=True)
-                shutil.copy(new, folder / filename)
-                if step == "autograded" and handed_in.get(sid) is not None:
-                    write_handed_in(folder, handed_in[sid])
+            files = {filename: new} if out.graded and new is not None else None
+            if files and step == "autograded" and handed_in.get(sid) is not None:
+                kept = Path(new).parent / f".handed-in-{len(staged.ops)}"   # the run's own scratch folder
+                kept.mkdir(exist_ok=True)
+                write_handed_in(kept, handed_in[sid])
+                files[HANDED_IN_FILE] = kept / HANDED_IN_FILE
+            staged.put_files(run.paths.step(step, sid, run.assignment), files)
 
 
-def _keep_copies(run) -> None:
+def _stage_copies(run, change, staged: FileChanges) -> None:
     """A readable copy of the roster, and the notebooks this run collected from an LMS download."""
     from autograder.text import csvsafe
 
-    saved = classrecord.read_roster(run.url)
+    saved = change.roster if change.roster is not None else classrecord.read_roster(run.url)
     if saved:
-        run.paths.roster_copy.parent.mkdir(parents=True, exist_ok=True)
         columns = ["student_id", "lms_id", "name", "email", "login", "section"]
-        csvsafe.write(run.paths.roster_copy, columns, [[row.get(c, "") for c in columns] for _, row in sorted(saved.items())])
+        staged.put_text(run.paths.roster_copy, lambda path: csvsafe.write(
+            path, columns, [[row.get(c, "") for c in columns] for _, row in sorted(saved.items())]))
     if run.collected_folder is not None and run.collected_folder.is_relative_to(run.folder):
-        target = run.paths.collected(run.assignment)
-        from autograder.isolation.scratch import remove_tree
-
-        remove_tree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(run.collected_folder), str(target))
+        staged.put_moved(run.paths.collected(run.assignment), run.collected_folder)
 
 
 # ----------------------------------------------------------------------------- 7. export
@@ -465,7 +483,8 @@ def export(run, outcomes: dict) -> Report:
                                     message=row.reason or row.status))
     ids = run.paths.collected(run.assignment) / ".lms_ids.csv"  # the LMS identities of this download
     if run.collected_folder is None and ids.exists() and run.source.is_file():
-        shutil.copy(ids, report.out_dir / "lms_ids.csv")
+        with replacing(report.out_dir / "lms_ids.csv", "wb") as fh:
+            fh.write(ids.read_bytes())
     report.changes = list(run.changes)
     report.run_id = run.run_id
     report.seconds = time.monotonic() - run.started

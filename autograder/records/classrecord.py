@@ -217,14 +217,19 @@ def ensure_tables(url: str) -> None:
         engine.dispose()
 
 
-def commit(url: str, change: Commit) -> tuple[str, list[Change]]:
-    """Put ``change`` into the class record in one transaction; return the run's id and the
-    grades it changed."""
+def commit(url: str, change: Commit, run_id: str | None = None) -> tuple[str, list[Change]]:
+    """Put ``change`` into the class record in one transaction; return the run's id (``run_id``
+    when given: the id its staged files were filed under, ``files.FileChanges``) and the grades
+    it changed."""
+    from .faults import fault
+
     engine = _engine(url)
     try:
         with engine.begin() as conn:
             META.create_all(conn)
-            return _commit(conn, change)
+            out = _commit(conn, change, run_id)
+            fault("commit")  # a kill or a full disk as the transaction commits: nothing of it stays
+            return out
     finally:
         engine.dispose()
 
@@ -394,11 +399,13 @@ def _read(url: str, get, empty):
         engine.dispose()
 
 
-def undo(url: str, assignment: str, run: str | None = None) -> tuple[RunEntry, list[RunEntry], list[Change]]:
+def undo(url: str, assignment: str, run: str | None = None, run_id: str | None = None,
+         before_commit=None) -> tuple[RunEntry, list[RunEntry], list[Change]]:
     """Restore the record of ``assignment`` to what it was before ``run`` (an id, its number in
     the history, or None: the last run that was not undone), undoing every later run too.  One
-    transaction; recorded as a run itself.  Returns (the undo's entry, the runs undone, the
-    grades changed)."""
+    transaction; recorded as a run itself (id ``run_id`` when given).  ``before_commit(undone)``
+    is called last inside the transaction (to stage the files it names: an error there leaves the
+    record as it was).  Returns (the undo's entry, the runs undone, the grades changed)."""
     engine = _engine(url)
     try:
         with engine.begin() as conn:
@@ -429,10 +436,15 @@ def undo(url: str, assignment: str, run: str | None = None) -> tuple[RunEntry, l
                         restore.intake[key] = rows
                     elif part == "roster":
                         restore.roster = rows
-            run_id, changes = _commit(conn, restore)
+            run_id, changes = _commit(conn, restore, run_id)
             for r in undone:
                 r.data["undone_by"] = run_id
                 conn.execute(sa.update(RUNS).where(RUNS.c.id == r.id).values(data=json.dumps(r.data, default=str)))
+            if before_commit is not None:
+                before_commit(undone)
+            from .faults import fault
+
+            fault("commit")
             entry = RunEntry(run_id, max(r.seq for r in runs) + 1, "undo", "", restore.data)
             return entry, undone, changes
     finally:

@@ -15,6 +15,7 @@ grade columns stay numbers.
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 from autograder.text import csvsafe
 from autograder.text.htmlsafe import page
 from .classbook import ClassRow, GradedCell, class_rows, graded_cells
+from .files import Replacements
 
 
 MISSING = ("zero", "blank")   # what the LMS files give a student without a gradable file
@@ -133,20 +135,36 @@ def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_colum
     result = ExportResult(rows, cells, {
         "grades": out_dir / "grades.csv", "canvas": out_dir / "canvas.csv", "moodle": out_dir / "moodle.csv",
         "histogram": out_dir / "histogram.png", "pass_rates": out_dir / "pass_rates.png"}, missing)
-    _grades_csv(result, result.paths["grades"])
-    _canvas_csv(result, result.paths["canvas"], canvas_column or lms_column, None if canvas_column else canvas_id)
-    _moodle_csv(result, result.paths["moodle"], lms_column)
-    _plots(result, assignment)
     if feedback:
         regenerate_feedback(assignment, grading, [r.student_id for r in rows if r.status == "graded"], root)
-    if pages:
-        feedback_pages(result, grading, out_dir / "feedback", assignment, provenance)
+    # every file written whole under a temporary name first, then all renamed into place: a kill
+    # or a full disk while they are written leaves the exports of before, every one of them
+    with Replacements() as out:
+        _grades_csv(result, result.paths["grades"], out)
+        _canvas_csv(result, result.paths["canvas"], canvas_column or lms_column, None if canvas_column else canvas_id,
+                    out)
+        _moodle_csv(result, result.paths["moodle"], lms_column, out)
+        _plots(result, assignment, out)
+        stale = feedback_pages(result, grading, out_dir / "feedback", assignment, provenance, out) if pages else []
+        out.commit()
+    for old in stale:
+        old.unlink()
     return result
 
 
-def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment: str, provenance: str = "") -> None:
+def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment: str, provenance: str = "",
+                   out: Replacements | None = None) -> list[Path]:
     """A page for every student of the class: a graded student's own feedback page, and for
-    everyone else a short page that says why there is no grade.  The folder holds nothing else."""
+    everyone else a short page that says why there is no grade.  The folder holds nothing else:
+    returns the pages of students no longer in the class, for the caller to remove once the new
+    pages are in place (written through ``out``; without it they are put in place here)."""
+    if out is None:
+        with Replacements() as mine:
+            stale = feedback_pages(result, grading, folder, assignment, provenance, mine)
+            mine.commit()
+        for old in stale:
+            old.unlink()
+        return []
     folder.mkdir(parents=True, exist_ok=True)
     wanted = set()
     for row in result.rows:
@@ -157,12 +175,23 @@ def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment
         source = sorted((grading / "feedback" / row.student_id / assignment).glob("*.html"))
         if row.status == "graded" and source:  # bidi controls shown wherever they are (htmlsafe.page)
             text = source[0].read_bytes().decode("utf-8", "surrogateescape")
-            target.write_bytes(page(text).encode("utf-8", "surrogateescape"))
+            with out.open(target, "wb") as fh:
+                fh.write(page(text).encode("utf-8", "surrogateescape"))
         else:
-            target.write_text(page(_simple_page(assignment, row, provenance)), encoding="utf-8")
-    for old in folder.glob("*.html"):
-        if old.name not in wanted:
-            old.unlink()
+            with out.open(target, "w", encoding="utf-8") as fh:
+                fh.write(page(_simple_page(assignment, row, provenance)))
+    return [old for old in folder.glob("*.html") if old.name not in wanted]
+
+
+@contextlib.contextmanager
+def _own(out: Replacements | None):
+    """``out``, or (None) a Replacements of the block's own, committed when the block ends."""
+    if out is not None:
+        yield out
+        return
+    with Replacements() as mine:
+        yield mine
+        mine.commit()
 
 
 def _simple_page(assignment: str, row: ClassRow, provenance: str = "") -> str:
@@ -186,9 +215,9 @@ def _simple_page(assignment: str, row: ClassRow, provenance: str = "") -> str:
             "</body></html>")
 
 
-def _grades_csv(result: ExportResult, path: Path) -> None:
+def _grades_csv(result: ExportResult, path: Path, out: Replacements | None = None) -> None:
     qs = questions(result.cells)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with _own(out) as own, own.open(path, "w", newline="", encoding="utf-8") as fh:
         w = csvsafe.writer(fh)
         w.writerow(["student_id", "status", "auto", "manual", "pending", "total", "max_score", "percent",
                     *qs, "late", "file", "reason", "notes"])
@@ -200,12 +229,13 @@ def _grades_csv(result: ExportResult, path: Path) -> None:
                         r.file, r.reason, r.notes])
 
 
-def _canvas_csv(result: ExportResult, path: Path, column: str, canvas_id: int | None) -> None:
+def _canvas_csv(result: ExportResult, path: Path, column: str, canvas_id: int | None,
+                out: Replacements | None = None) -> None:
     """Canvas' gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then one
     column per assignment, named "<name> (<assignment id>)" when the id is known (Canvas
     matches on it); the first row holds the points possible."""
     header = f"{column} ({canvas_id})" if canvas_id else column
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with _own(out) as own, own.open(path, "w", newline="", encoding="utf-8") as fh:
         w = csvsafe.writer(fh)
         w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", header])
         w.writerow(["    Points Possible", "", "", "", "", f"{result.max_points:g}"])
@@ -217,10 +247,10 @@ def _canvas_csv(result: ExportResult, path: Path, column: str, canvas_id: int | 
                         r.lms.get("login", ""), r.lms.get("section", ""), score])
 
 
-def _moodle_csv(result: ExportResult, path: Path, column: str) -> None:
+def _moodle_csv(result: ExportResult, path: Path, column: str, out: Replacements | None = None) -> None:
     """Moodle's grade import (Grades > Import > CSV file): identify users by "ID number" (or
     "Email address") and map the grade and feedback columns to the assignment's grade item."""
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with _own(out) as own, own.open(path, "w", newline="", encoding="utf-8") as fh:
         w = csvsafe.writer(fh)
         w.writerow(["ID number", "Email address", "Full name", column, f"Feedback: {column}"])
         for r in result.rows:
@@ -231,7 +261,7 @@ def _moodle_csv(result: ExportResult, path: Path, column: str) -> None:
                         student_feedback(r, result.cells)])
 
 
-def _plots(result: ExportResult, assignment: str) -> None:
+def _plots(result: ExportResult, assignment: str, out: Replacements | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,7 +280,8 @@ def _plots(result: ExportResult, assignment: str) -> None:
     ax.set_title(f"{assignment}: points of {len(students)} students ({len(graded)} graded, "
                  f"{len(students) - len(graded)} with 0: nothing gradable)")
     fig.tight_layout()
-    fig.savefig(result.paths["histogram"], dpi=110)
+    with _own(out) as own, own.open(result.paths["histogram"], "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
     plt.close(fig)
 
     qs = [q for q in questions(result.cells) if any(c.kind == "auto" for c in result.cells if c.question == q)]
@@ -268,7 +299,8 @@ def _plots(result: ExportResult, assignment: str) -> None:
     ax.set_xlabel(f"students with every automatic test of the question passed (%, n = {len(graded)})")
     ax.set_title(f"{assignment}: questions, automatic tests")
     fig.tight_layout()
-    fig.savefig(result.paths["pass_rates"], dpi=110)
+    with _own(out) as own, own.open(result.paths["pass_rates"], "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
     plt.close(fig)
 
 

@@ -1,0 +1,214 @@
+"""Crash-consistent changes of the class record (issue 34, item 2).
+
+A grading run, ``undo`` and ``remove`` stage every file the record names before their
+transaction commits (undo's copies in the history's archive, the new files beside them, a
+journal of the renames); ``export`` writes every file under a temporary name and renames them
+all at the end.  Here each command is killed (SIGKILL, in a process of its own) at each step --
+before the commit, as it commits, after it, half way through the renames, while an export is
+written -- and the next command on the assignment completes or rolls back what it left, with a
+line saying which; and a full disk is injected at each write point (``COURSE_FAULT=<step>:enospc``,
+``autograder.records.faults``): one line, and the record and the exports stay as they were.
+
+Nothing here starts a kernel: the submissions are judged by ``fake_record.FakeBackend``, whose
+feedback page shows each submission's own code, so that a test sees whose files a student has.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fake_record
+from autograder.cli import main as cli
+from autograder.records import classrecord
+from conftest import ROOT
+
+DRIVER = ("import sys, fake_record; fake_record.install(); from autograder.cli import main; "
+          "sys.exit(main(sys.argv[1:]))")
+
+
+def _state(grading: Path, exports: bool = True) -> dict:
+    """Every byte of the record, its files and (``exports``) the exports; the runs' scratch
+    folders aside, and a journal SQLite leaves beside the gradebook when killed in a transaction
+    (SQLite's own: it rolls it back)."""
+    return {str(p.relative_to(grading)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(grading.rglob("*")) if p.is_file() and "runs" not in p.relative_to(grading).parts
+            and not p.name.endswith("-journal") and (exports or "reports" not in p.relative_to(grading).parts)}
+
+
+def _files(folder: Path) -> dict:
+    """The files of a folder of exports (a killed writer's temporary files, hidden, aside)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def _lms_files(grading: Path) -> dict:
+    return {name: (grading / "reports" / "attention" / name).read_bytes()
+            for name in ("grades.csv", "canvas.csv", "moodle.csv")}
+
+
+def _totals(grading: Path) -> dict:
+    with open(grading / "reports" / "attention" / "grades.csv", newline="") as fh:
+        return {r["student_id"]: r["total"] for r in csv.DictReader(fh)}
+
+
+def _code(grading: Path, sid: str) -> str:
+    """Whose submission the student's graded notebook and feedback page are ('-' when none)."""
+    page = grading / "feedback" / sid / "attention" / "attention.html"
+    nb = grading / "autograded" / sid / "attention" / "attention.ipynb"
+    codes = {fake_record.MARK.search(p.read_text())["code"] if p.exists() else "-" for p in (page, nb)}
+    assert len(codes) == 1, f"{sid}'s graded notebook and feedback page are of different submissions: {codes}"
+    return codes.pop()
+
+
+def _runs(grading: Path) -> list:
+    return classrecord.history(f"sqlite:///{grading / 'gradebook.db'}", "attention")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """A class graded once (s1 30, s2 15; s3 on the roster hands nothing in), and a second batch
+    (s1 15, s2 30) to grade over it."""
+    fake_record.install()
+    tmp = tmp_path_factory.mktemp("crash")
+    first, second = tmp / "first", tmp / "second"
+    first.mkdir(), second.mkdir()
+    for sid, score in (("s1", 1.0), ("s2", 0.5)):
+        (first / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(f"{sid}-first", score))
+        (second / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(f"{sid}-second", 1.5 - score))
+    (tmp / "roster.csv").write_text("student_id,lms_id,name\ns1,1001,Ann\ns2,1002,Bo\ns3,1003,Cy\n")
+    grading = tmp / "grading"
+    assert cli(["grade", "attention", str(first), "--grading-dir", str(grading), "--roster", str(tmp / "roster.csv")]) == 0
+    assert _totals(grading) == {"s1": "30", "s2": "15", "s3": "0"}
+    return {"tmp": tmp, "grading": grading, "second": second, "state": _state(grading), "lms": _lms_files(grading)}
+
+
+@pytest.fixture
+def grading(graded, tmp_path, monkeypatch):
+    """A copy of the graded class's folder, for a test that changes it."""
+    fake_record.install()
+    monkeypatch.delenv("COURSE_FAULT", raising=False)
+    target = tmp_path / "grading"
+    shutil.copytree(graded["grading"], target)
+    return target
+
+
+def _killed(args: list[str], step: str) -> None:
+    """``python -m autograder ARGS`` killed with SIGKILL at ``step``."""
+    env = {**os.environ, "COURSE_FAULT": f"{step}:kill",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", DRIVER, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, f"not killed at {step!r}: {proc.returncode}\n{proc.stderr[-2000:]}"
+
+
+def _next_start(grading: Path, capsys) -> list[str]:
+    """The next command on the assignment (export, without nbgrader's feedback): its lines."""
+    capsys.readouterr()
+    assert cli(["export", "attention", "--grading-dir", str(grading), "--no-feedback"]) == 0
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("step", ["stage", "write pending.json", "commit"])
+def test_a_run_killed_before_its_commit_is_rolled_back_at_the_next_start(graded, grading, capsys, step):
+    _killed(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)], step)
+    lines = _next_start(grading, capsys)
+    assert any("stopped before its commit" in line and "the class record is as it was" in line for line in lines), lines
+    # the record and its files, every byte; the exports rebuilt from it are what they were
+    assert _state(grading, exports=False) == {k: v for k, v in graded["state"].items() if not k.startswith("reports")}
+    assert _lms_files(grading) == graded["lms"]
+    assert len(_runs(grading)) == 1
+
+
+@pytest.mark.parametrize("step", ["apply", "apply-op"])
+def test_a_run_killed_after_its_commit_is_completed_and_undo_gives_the_old_files_back(graded, grading, capsys, step):
+    _killed(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)], step)
+    lines = _next_start(grading, capsys)
+    runs = _runs(grading)
+    assert len(runs) == 2 and any(f"run 2 of attention (grade, {runs[1].id[:8]})" in line
+                                  and "they are now" in line for line in lines), lines
+    assert _totals(grading) == {"s1": "15", "s2": "30", "s3": "0"}
+    assert (_code(grading, "s1"), _code(grading, "s2")) == ("s1-second", "s2-second")
+    assert not list(grading.glob("history/*/pending.json"))
+    assert cli(["undo", "attention", "--grading-dir", str(grading)]) == 0
+    assert _totals(grading) == {"s1": "30", "s2": "15", "s3": "0"}
+    assert (_code(grading, "s1"), _code(grading, "s2")) == ("s1-first", "s2-first")
+
+
+@pytest.mark.parametrize("step", ["write grades.csv", "write s2.html", "replace"])
+def test_a_run_killed_while_its_exports_are_written_leaves_the_old_ones_whole(graded, grading, capsys, step):
+    reports = grading / "reports" / "attention"
+    before = _files(reports)
+    _killed(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)], step)
+    assert _files(reports) == before  # no empty file, none new
+    assert len(_runs(grading)) == 2  # the run is in the record, with its files
+    assert (_code(grading, "s1"), _code(grading, "s2")) == ("s1-second", "s2-second")
+    _next_start(grading, capsys)
+    assert _totals(grading) == {"s1": "15", "s2": "30", "s3": "0"}
+    assert not [p for p in reports.rglob(".*") if p.is_file()]  # the killed run's temporary files went
+
+
+def test_an_export_killed_half_way_leaves_the_old_files_whole(grading):
+    reports = grading / "reports" / "attention"
+    before = _files(reports)
+    # --missing blank: canvas.csv and moodle.csv leave s3's cell empty, where they held 0
+    _killed(["export", "attention", "--grading-dir", str(grading), "--no-feedback", "--missing", "blank"],
+            "write moodle.csv")
+    assert _files(reports) == before
+
+
+@pytest.mark.parametrize("command,step", [(["undo", "attention"], "apply"), (["remove", "attention", "s1"], "apply-op")])
+def test_undo_and_remove_killed_after_their_commit_are_completed(graded, grading, capsys, command, step):
+    assert cli(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)]) == 0
+    _killed([*command, "--grading-dir", str(grading)], step)
+    lines = _next_start(grading, capsys)
+    assert any("was in the class record" in line and "they are now" in line for line in lines), lines
+    if command[0] == "undo":
+        assert _totals(grading)["s1"] == "30" and _code(grading, "s1") == "s1-first"
+    else:
+        assert _totals(grading)["s1"] == "0" and _code(grading, "s1") == "-"
+        assert cli(["undo", "attention", "--grading-dir", str(grading)]) == 0
+        assert _totals(grading)["s1"] == "15" and _code(grading, "s1") == "s1-second"
+
+
+def _one_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: No space left on device"), err
+    return err[0]
+
+
+@pytest.mark.parametrize("step", ["archive", "stage", "write pending.json", "commit"])
+def test_a_full_disk_before_the_commit_is_one_line_and_changes_nothing(graded, grading, capsys, monkeypatch, step):
+    capsys.readouterr()
+    monkeypatch.setenv("COURSE_FAULT", f"{step}:enospc")
+    assert cli(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)]) == 2
+    assert "nothing of this run reached the class record" in _one_line(capsys)
+    assert _state(grading) == graded["state"]
+
+
+@pytest.mark.parametrize("step", ["write grades.csv", "write histogram.png", "write s1.html", "replace"])
+def test_a_full_disk_after_the_commit_is_one_line_and_keeps_the_exports(graded, grading, capsys, monkeypatch, step):
+    reports = grading / "reports" / "attention"
+    before = _files(reports)
+    capsys.readouterr()
+    monkeypatch.setenv("COURSE_FAULT", f"{step}:enospc")
+    assert cli(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)]) == 2
+    assert "python -m autograder export attention" in _one_line(capsys)
+    assert _files(reports) == before
+    assert len(_runs(grading)) == 2 and (_code(grading, "s1"), _code(grading, "s2")) == ("s1-second", "s2-second")
+
+
+@pytest.mark.parametrize("command", [["undo", "attention"], ["remove", "attention", "s1"], ["export", "attention"]])
+def test_a_full_disk_in_undo_remove_or_export_is_one_line_and_changes_nothing(grading, capsys, monkeypatch, command):
+    capsys.readouterr()
+    before = _state(grading)
+    monkeypatch.setenv("COURSE_FAULT", "write pending.json:enospc" if command[0] != "export" else "write canvas.csv:enospc")
+    assert cli([*command, "--grading-dir", str(grading), *(["--no-feedback"] if command[0] == "export" else [])]) == 2
+    _one_line(capsys)
+    assert _state(grading) == before
