@@ -7,42 +7,28 @@ The reference answers are also checked against independent implementations: peft
 trainable-parameter count of peft on small random Llama models, and Hugging Face's -100 labels."""
 from __future__ import annotations
 
-import nbformat
 import pytest
 
-from autograder.pipeline.run import grade
-from conftest import ROOT, assert_hand_in_reports, filled_exercise, read_nb
-from mistakes_catalogue import CAUGHT, HIDDEN_ONLY
+import assignment_e2e as e2e
+from conftest import ROOT, assert_hand_in_reports, read_nb
 
 NAME = "post_training"
 SOURCE = ROOT / "solutions" / NAME / f"{NAME}.ipynb"
-EXERCISE = ROOT / "exercises" / NAME / f"{NAME}.ipynb"
 # one planted mistake of every autograded question (a kernel each: kept few); the last two pass every
 # visible check and fail a hidden test
 PLANTED = {"logits_not_shifted": "Q1", "base_not_frozen": "Q2", "frozen_weights_counted": "Q3",
            "sign_flipped": "Q4", "bias_assumed": "Q2", "log_of_sigmoid": "Q4"}
 
 
-def cells_of(nb) -> dict:
-    return {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+cells_of = e2e.cells_of
 
 
 def question_points(question: str, part: str = "") -> int:
-    """Autograded points of a question (of its hidden tests with part="hidden"), from the test cells' docstrings."""
-    return sum(c.metadata["nbgrader"]["points"] for c in read_nb(SOURCE).cells
-               if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")
-               and c.source.lstrip('"').startswith(f"{question} {part}"))
+    return e2e.question_points(NAME, question, part)
 
 
-def with_mistake(name: str):
-    """The source notebook with one mistake of tests/mistakes_catalogue.py planted in its answer cell."""
-    mistake = next(m for m in CAUGHT + HIDDEN_ONLY if m.assignment == NAME and m.name == name)
-    nb = read_nb(SOURCE)
-    cell = cells_of(nb)[mistake.cell]
-    for old, new in mistake.edits:
-        assert old in cell.source, f"{name}: the reference answer no longer contains {old!r}"
-        cell.source = cell.source.replace(old, new)
-    return nb
+def with_mistake(mistake: str):
+    return e2e.with_mistake(NAME, mistake)
 
 
 def namespace(*gids: str, mistake: str | None = None) -> dict:
@@ -77,46 +63,12 @@ def helpers_replaced():
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    subs = tmp_path_factory.mktemp(f"{NAME}_submissions")
-    nbformat.write(filled_exercise(NAME), subs / "full.ipynb")
-    (subs / "untouched.ipynb").write_bytes(EXERCISE.read_bytes())
-    for name in PLANTED:
-        nbformat.write(with_mistake(name), subs / f"{name}.ipynb")
-    nbformat.write(helpers_replaced(), subs / "helpers_replaced.ipynb")
-    out = tmp_path_factory.mktemp(f"{NAME}_out")
-    report = grade(NAME, subs, out_dir=out, grading_dir=out / "grading")
-    return {r.student_id: r for r in report.results}, out / "grading"
+    return e2e.grade_planted(tmp_path_factory, NAME, PLANTED, extra={"helpers_replaced": helpers_replaced()})
 
 
-def test_points_as_designed():
-    auto = {q: question_points(q) for q in ("Q1", "Q2", "Q3", "Q4")}
-    assert auto == {"Q1": 6, "Q2": 8, "Q3": 4, "Q4": 6}
-    written = [c.metadata["nbgrader"]["points"] for c in read_nb(SOURCE).cells
-               if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"].get("solution")]
-    assert written == [6]
-
-
-def test_solution_scores_every_autograded_point(graded):
-    full = graded[0]["full"]
-    assert full.status == "graded", full.message
-    assert full.max_score == 30 and full.score == 24  # 24 autograded + 6 graded by hand
-
-
-def test_untouched_exercise_scores_zero(graded):
-    untouched = graded[0]["untouched"]
-    assert untouched.status == "graded", untouched.message
-    assert untouched.score == 0 and untouched.max_score == 30
-
-
-@pytest.mark.parametrize("name", PLANTED)
-def test_a_planted_mistake_loses_the_points_of_its_question(graded, name):
-    result = graded[0][name]
-    assert result.status == "graded", result.message
-    lost, question = 24 - result.score, PLANTED[name]
-    if any(m.name == name and m.assignment == NAME and m.kind == "hidden" for m in HIDDEN_ONLY):
-        assert lost == question_points(question, "hidden"), f"{name} passes the visible test of {question} and fails its hidden test"
-    else:
-        assert lost == question_points(question), f"{name} loses all of {question}, nothing else"
+(test_points_as_designed, test_solution_scores_every_autograded_point_and_the_untouched_exercise_none,
+ test_a_planted_mistake_loses_the_points_of_its_question) = e2e.end_to_end_tests(
+    NAME, PLANTED, points={"Q1": 6, "Q2": 8, "Q3": 4, "Q4": 6}, written=[6])
 
 
 def test_redefining_a_given_helper_fails_every_hidden_test_that_relies_on_the_helpers(graded):

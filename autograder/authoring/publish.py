@@ -268,10 +268,10 @@ def _near_copies(text: str, found_secrets: Secrets) -> list[str]:
     return [" / ".join(_norm("\n".join(lines[a - 1:b]))) for a, b in hits]
 
 
-def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
-    """'file: line' for every secret found in a text file of ``tree`` (in a notebook or a JSON
-    file: in any string it holds, metadata and attachments included)."""
-    found = []
+def _text_pieces(tree: Path):
+    """(path relative to ``tree``, text, whether it is a JSON file's raw text) for every text file
+    of ``tree`` (outside .venv and .git); of a notebook or a JSON file, also every string it holds,
+    metadata and attachments included."""
     for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
         if any(part in (".venv", ".git") for part in path.parts):
             continue
@@ -281,15 +281,23 @@ def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
             continue
         rel = path.relative_to(tree)
         for piece in _texts(path, text):
-            run = _norm(piece)
-            for line in sorted(found_secrets.lines & set(run)):
-                found.append(f"{rel}: {line}")
-            code = [ln for ln in run if not ln.startswith("#")]
-            for i in range(len(code) - WINDOW + 1):
-                if tuple(code[i:i + WINDOW]) in found_secrets.windows:
-                    found.append(f"{rel}: " + " / ".join(code[i:i + WINDOW]))
-            if piece is not text or path.suffix not in (".ipynb", ".json"):  # the raw JSON: its strings are read
-                found += [f"{rel}: {stretch}" for stretch in _near_copies(piece, found_secrets)]
+            yield rel, piece, piece is text and path.suffix in (".ipynb", ".json")
+
+
+def leaks(tree: Path, found_secrets: Secrets) -> list[str]:
+    """'file: line' for every secret found in a text file of ``tree`` (in a notebook or a JSON
+    file: in any string it holds, metadata and attachments included)."""
+    found = []
+    for rel, piece, raw_json in _text_pieces(tree):
+        run = _norm(piece)
+        for line in sorted(found_secrets.lines & set(run)):
+            found.append(f"{rel}: {line}")
+        code = [ln for ln in run if not ln.startswith("#")]
+        for i in range(len(code) - WINDOW + 1):
+            if tuple(code[i:i + WINDOW]) in found_secrets.windows:
+                found.append(f"{rel}: " + " / ".join(code[i:i + WINDOW]))
+        if not raw_json:  # of the raw JSON, its strings are read
+            found += [f"{rel}: {stretch}" for stretch in _near_copies(piece, found_secrets)]
     return sorted(set(found))
 
 
@@ -341,19 +349,11 @@ def answers_found(tree: Path, answers: dict[str, float]) -> list[str]:
                                                                                           reverse=True))
                                  + r")(?![\w]|\.\d)") for name, v in answers.items()}
     found = []
-    for path in sorted(p for p in Path(tree).rglob("*") if p.is_file()):
-        if any(part in (".venv", ".git") for part in path.parts):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        rel = path.relative_to(tree)
-        for piece in _texts(path, text):
-            for name, pattern in patterns.items():
-                m = pattern.search(piece)
-                if m:
-                    found.append(f"{rel}: exercise {name}'s answer as {m.group(1)}")
+    for rel, piece, _ in _text_pieces(tree):
+        for name, pattern in patterns.items():
+            m = pattern.search(piece)
+            if m:
+                found.append(f"{rel}: exercise {name}'s answer as {m.group(1)}")
     return sorted(set(found))
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.text.outputs import text_of
+
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook larger than this is not read
 MAX_CELLS = 10_000             # nor one with more cells (the assignments have under 100)
 MAX_ID_CHARS = 100             # a student id taken from a file name
@@ -105,14 +107,6 @@ def collision_reason(sid: str, names: list[str], assignment: str) -> str:
             f"<student id>_{assignment}.ipynb")
 
 
-def _source(value) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(x, str) for x in value):
-        return "".join(value)
-    return ""
-
-
 def _nbgrader_meta(meta) -> dict | None:
     """A copy of well-formed nbgrader cell metadata, or None (then repair recognises the
     cell by its content, as for a cell that lost its metadata)."""
@@ -160,7 +154,7 @@ def rebuild(raw: dict) -> tuple[nbformat.NotebookNode, list[str]]:
             dropped += 1
             continue
         kind = cell.get("cell_type")
-        source = _source(cell.get("source", ""))
+        source = text_of(cell.get("source", ""))
         if kind == "heading":  # nbformat 3
             kind, source = "markdown", "#" * int(cell.get("level", 1) or 1) + " " + source
         if kind not in ("code", "markdown", "raw"):

@@ -24,7 +24,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def _text(value) -> str:
+def text_of(value) -> str:
+    """A notebook field that is a string or a list of strings, joined (anything else: "")."""
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(x, str) for x in value):
@@ -58,12 +59,12 @@ def output_text(outputs, limit: int = CELL_LIMIT) -> str:
             continue
         kind = out.get("output_type")
         if kind == "stream":
-            piece = _text(out.get("text"))
+            piece = text_of(out.get("text"))
         elif kind == "error":
-            piece = f"{_text(out.get('ename'))[:200]}: {_text(out.get('evalue'))[:2000]}\n"
+            piece = f"{text_of(out.get('ename'))[:200]}: {text_of(out.get('evalue'))[:2000]}\n"
         elif kind in ("execute_result", "display_data"):
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
-            piece = _text(data.get("text/plain"))
+            piece = text_of(data.get("text/plain"))
             if any(k.startswith("image/") for k in data):
                 piece = "[a figure, not shown here]\n" if not piece or piece.startswith("<Figure") else piece
             piece = piece if piece.endswith("\n") or not piece else piece + "\n"
