@@ -120,7 +120,7 @@ def show(fig=None, *, alt: str, caption: str | None = None) -> None:
     import matplotlib.pyplot as plt
 
     fig = plt.gcf() if fig is None else fig
-    metadata = figure_metadata(alt, caption)  # the texts are checked before the figure is drawn
+    figure_metadata(alt, caption)  # the texts are checked before the figure is drawn
     metadata = figure_metadata(alt, caption, smallest_text_px(fig))
     try:
         from IPython import get_ipython

@@ -229,7 +229,7 @@ BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publis
 # Units start in this order (the book group first): a long module left for the end would keep
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
-SLOW_FIRST = ["test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
+SLOW_FIRST = ["test_toy_pipeline.py", "test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
               "test_modern_decoder.py", "test_post_training.py", "test_tamper.py", "test_autograde.py",
               "test_concepts_lab.py", "test_llm_backends.py", "test_record_killed.py"]
 
@@ -259,6 +259,9 @@ def pytest_runtest_setup(item):
 # What each test module needs. `bash scripts/test.sh --fast` runs the `fast` tier alone: no kernel,
 # no sandbox, no book, no model to train, no Colab runtime (minutes at most; see README). A module
 # that is in no list is not fast (tests/test_suite_workers.py asks for every module to be listed).
+# the toy course's notebooks are graded by tests/test_toy_pipeline.py; nbval must not run them as pages
+collect_ignore = ["fixtures"]
+
 TIERS = {
     "fast": {"test_course.py", "test_layers.py", "test_colab_runtimes.py", "test_docs.py", "test_identity.py",
              "test_visible_text.py", "test_record_errors.py", "test_class_grading.py", "test_book_claims.py", "test_llm_client.py",

@@ -123,12 +123,13 @@ def test_show_attaches_alt_text_and_caption(monkeypatch):
     import IPython.display
 
     shown = []
+    fig, _ = plt.subplots()
+    px = book.smallest_text_px(fig)  # what the renderer sizes the figure by (tests/test_book_figures.py)
     monkeypatch.setattr(IPython, "get_ipython", lambda: object())  # as inside a notebook
     monkeypatch.setattr(IPython.display, "display", lambda obj, metadata=None: shown.append((obj, metadata)))
-    fig, _ = plt.subplots()
     alt = "A line plot of the loss against the step, falling from 2.3 to 0.4 nats."
     book.show(fig, alt=alt, caption="The loss  falls.")
-    assert shown == [(fig, {"image/png": {"alt": alt, "caption": "The loss falls."}})]
+    assert shown == [(fig, {"image/png": {"alt": alt, "caption": "The loss falls.", "text_px": px}})]
     assert not plt.fignum_exists(fig.number)  # closed: the inline backend does not show it again
 
 

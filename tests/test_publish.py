@@ -61,7 +61,8 @@ def test_the_readme_says_which_grading_steps_each_assignment_needs(tmp_path):
     assert "need only step 1" not in readme
     # stale: a copy whose finetune written answers lost their points (the course files, no more)
     copy = tmp_path / "course"
-    for name in ["course.yml", "README.md", "_config.yml", "book", "solutions", "coursekit/_course.py", "instructor"]:
+    for name in ["course.yml", "README.md", "_config.yml", "_toc.yml", "book", "solutions", "coursekit/_course.py",
+                 "instructor"]:
         src, dst = ROOT / name, copy / name
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
