@@ -229,7 +229,7 @@ BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publis
 # Units start in this order (the book group first): a long module left for the end would keep
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
-SLOW_FIRST = ["test_toy_pipeline.py", "test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
+SLOW_FIRST = ["test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
               "test_modern_decoder.py", "test_post_training.py", "test_tamper.py", "test_autograde.py",
               "test_concepts_lab.py", "test_llm_backends.py", "test_record_killed.py"]
 

@@ -76,8 +76,13 @@ class FakeBackend:
         return outcomes
 
 
-def install() -> None:
-    """Every run of this process judged by FakeBackend."""
+def install(monkeypatch=None) -> None:
+    """Runs judged by FakeBackend: with ``monkeypatch``, until it undoes its changes (in the test
+    process: a real grading later in the same process must not be faked); without, for the rest
+    of this process (a child process that runs one command)."""
     import autograder.backends
 
-    autograder.backends.backend_for = lambda settings: FakeBackend()
+    if monkeypatch is None:
+        autograder.backends.backend_for = lambda settings: FakeBackend()
+    else:
+        monkeypatch.setattr(autograder.backends, "backend_for", lambda settings: FakeBackend())

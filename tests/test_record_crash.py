@@ -75,7 +75,12 @@ def _runs(grading: Path) -> list:
 def graded(tmp_path_factory):
     """A class graded once (s1 30, s2 15; s3 on the roster hands nothing in), and a second batch
     (s1 15, s2 30) to grade over it."""
-    fake_record.install()
+    with pytest.MonkeyPatch.context() as mp:
+        fake_record.install(mp)
+        return _grade_class(tmp_path_factory)
+
+
+def _grade_class(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("crash")
     first, second = tmp / "first", tmp / "second"
     first.mkdir(), second.mkdir()
@@ -92,7 +97,7 @@ def graded(tmp_path_factory):
 @pytest.fixture
 def grading(graded, tmp_path, monkeypatch):
     """A copy of the graded class's folder, for a test that changes it."""
-    fake_record.install()
+    fake_record.install(monkeypatch)
     monkeypatch.delenv("COURSE_FAULT", raising=False)
     target = tmp_path / "grading"
     shutil.copytree(graded["grading"], target)
