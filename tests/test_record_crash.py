@@ -3,7 +3,7 @@
 A grading run, ``undo`` and ``remove`` stage every file the record names before their
 transaction commits (undo's copies in the history's archive, the new files beside them, a
 journal of the renames); ``export`` writes every file under a temporary name and renames them
-all at the end.  Here each command is killed (SIGKILL, in a process of its own) at each step --
+all at the end, the feedback pages nbgrader renders again among them.  Here each command is killed (SIGKILL, in a process of its own) at each step --
 before the commit, as it commits, after it, half way through the renames, while an export is
 written -- and the next command on the assignment completes or rolls back what it left, with a
 line saying which; and a full disk is injected at each write point (``COURSE_FAULT=<step>:enospc``,
@@ -216,4 +216,50 @@ def test_a_full_disk_in_undo_remove_or_export_is_one_line_and_changes_nothing(gr
     monkeypatch.setenv("COURSE_FAULT", "write pending.json:enospc" if command[0] != "export" else "write canvas.csv:enospc")
     assert cli([*command, "--grading-dir", str(grading), *(["--no-feedback"] if command[0] == "export" else [])]) == 2
     _one_line(capsys)
+    assert _state(grading) == before
+
+
+# ----------------------------------------------------------------------------- export's feedback pages
+#
+# ``export`` (with feedback) renders every graded student's feedback page again with nbgrader: into
+# a staging folder, the pages then renamed into place with the other exports.  Killed or out of
+# disk at any step, the pages of before stay, whole.
+
+FEEDBACK_STEPS = ["stage feedback", "write attention.html", "write grades.csv", "replace"]
+
+
+def _pages(grading: Path) -> dict:
+    """nbgrader's feedback pages of the class, and anything else in its feedback folder."""
+    return {str(p.relative_to(grading)): p.read_bytes() for p in (grading / "feedback").rglob("*") if p.is_file()}
+
+
+def test_an_export_with_feedback_puts_the_new_pages_in_place(grading):
+    before = _pages(grading)
+    assert cli(["export", "attention", "--grading-dir", str(grading)]) == 0
+    after = _pages(grading)
+    assert sorted(after) == sorted(before) and all(after[k] != before[k] for k in before)  # rendered anew
+    assert all(b"Bootstrap" in page for page in after.values()) and not list(grading.glob(".feedback*"))
+    report = (grading / "reports" / "attention" / "feedback" / "s1.html").read_bytes()
+    assert b"Bootstrap" in report  # the exports show the new pages, not the ones they replaced
+
+
+@pytest.mark.parametrize("step", FEEDBACK_STEPS)
+def test_an_export_with_feedback_killed_leaves_the_old_pages_whole(grading, capsys, step):
+    before, reports = _state(grading, exports=False), _files(grading / "reports" / "attention")
+    _killed(["export", "attention", "--grading-dir", str(grading)], step)
+    # whole: the pages of before (a killed writer's temporary files and staging folder aside)
+    assert {k: v for k, v in _state(grading, exports=False).items()
+            if not any(".tmp" in part for part in Path(k).parts)} == before
+    assert _files(grading / "reports" / "attention") == reports
+    _next_start(grading, capsys)  # its leftovers (temporary files, the staging folder) go
+    assert _state(grading, exports=False) == before
+
+
+@pytest.mark.parametrize("step", FEEDBACK_STEPS)
+def test_a_full_disk_in_an_export_with_feedback_keeps_the_old_pages(grading, capsys, monkeypatch, step):
+    before = _state(grading)
+    capsys.readouterr()
+    monkeypatch.setenv("COURSE_FAULT", f"{step}:enospc")
+    assert cli(["export", "attention", "--grading-dir", str(grading)]) == 2
+    assert "the exports are as they were" in _one_line(capsys)
     assert _state(grading) == before

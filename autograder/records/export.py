@@ -135,17 +135,24 @@ def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_colum
     result = ExportResult(rows, cells, {
         "grades": out_dir / "grades.csv", "canvas": out_dir / "canvas.csv", "moodle": out_dir / "moodle.csv",
         "histogram": out_dir / "histogram.png", "pass_rates": out_dir / "pass_rates.png"}, missing)
-    if feedback:
-        regenerate_feedback(assignment, grading, [r.student_id for r in rows if r.status == "graded"], root)
     # every file written whole under a temporary name first, then all renamed into place: a kill
-    # or a full disk while they are written leaves the exports of before, every one of them
-    with Replacements() as out:
+    # or a full disk while they are written leaves the exports of before, every one of them; the
+    # feedback pages nbgrader renders again (``feedback``) too, in its folders and in the exports
+    with contextlib.ExitStack() as stack:
+        staged = stack.enter_context(_staged_feedback(
+            assignment, grading, [r.student_id for r in rows if r.status == "graded"], root)) if feedback else {}
+        out = stack.enter_context(Replacements())
+        for target, source in staged.items():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with out.open(target, "wb") as fh:
+                fh.write(source.read_bytes())
         _grades_csv(result, result.paths["grades"], out)
         _canvas_csv(result, result.paths["canvas"], canvas_column or lms_column, None if canvas_column else canvas_id,
                     out)
         _moodle_csv(result, result.paths["moodle"], lms_column, out)
         _plots(result, assignment, out)
-        stale = feedback_pages(result, grading, out_dir / "feedback", assignment, provenance, out) if pages else []
+        stale = feedback_pages(result, grading, out_dir / "feedback", assignment, provenance, out,
+                               sources=staged) if pages else []
         out.commit()
     for old in stale:
         old.unlink()
@@ -153,14 +160,16 @@ def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_colum
 
 
 def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment: str, provenance: str = "",
-                   out: Replacements | None = None) -> list[Path]:
+                   out: Replacements | None = None, sources: dict | None = None) -> list[Path]:
     """A page for every student of the class: a graded student's own feedback page, and for
     everyone else a short page that says why there is no grade.  The folder holds nothing else:
     returns the pages of students no longer in the class, for the caller to remove once the new
-    pages are in place (written through ``out``; without it they are put in place here)."""
+    pages are in place (written through ``out``; without it they are put in place here).
+    ``sources``: feedback pages rendered anew but not yet in place (their place -> where they are
+    staged), read instead of the pages they will replace."""
     if out is None:
         with Replacements() as mine:
-            stale = feedback_pages(result, grading, folder, assignment, provenance, mine)
+            stale = feedback_pages(result, grading, folder, assignment, provenance, mine, sources)
             mine.commit()
         for old in stale:
             old.unlink()
@@ -172,7 +181,9 @@ def feedback_pages(result: ExportResult, grading: Path, folder: Path, assignment
             continue  # a file nobody could be matched to: grades.csv lists it
         target = folder / f"{row.student_id}.html"
         wanted.add(target.name)
-        source = sorted((grading / "feedback" / row.student_id / assignment).glob("*.html"))
+        here = grading / "feedback" / row.student_id / assignment
+        found = {p: p for p in here.glob("*.html")} | {k: v for k, v in (sources or {}).items() if k.parent == here}
+        source = [found[k] for k in sorted(found)]
         if row.status == "graded" and source:  # bidi controls shown wherever they are (htmlsafe.page)
             text = source[0].read_bytes().decode("utf-8", "surrogateescape")
             with out.open(target, "wb") as fh:
@@ -304,9 +315,37 @@ def _plots(result: ExportResult, assignment: str, out: Replacements | None = Non
     plt.close(fig)
 
 
-def regenerate_feedback(assignment: str, grading: Path, students: list[str], root: Path | None = None) -> None:
+@contextlib.contextmanager
+def _staged_feedback(assignment: str, grading: Path, students: list[str], root: Path | None = None):
+    """The graded students' feedback pages rendered again from the gradebook into a staging folder
+    of the grading folder (nbgrader writes there, never over the pages in place): yields their
+    place in nbgrader's feedback folder -> the staged page, for the caller to put in place with
+    its other files.  The staging folder goes when the block ends, and so do those of exports
+    that were killed (their process is gone)."""
+    import os
+    import uuid
+
+    from autograder.isolation.scratch import remove_tree
+
+    from .faults import fault
+    from .files import FEEDBACK_STAGING, remove_dead_staging
+
+    grading = Path(grading)
+    remove_dead_staging(grading)
+    staging = grading / f"{FEEDBACK_STAGING}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        staging.mkdir(parents=True)
+        regenerate_feedback(assignment, grading, students, root, into=staging)
+        fault("stage feedback")
+        yield {grading / "feedback" / p.relative_to(staging): p for p in sorted(staging.rglob("*.html"))}
+    finally:
+        remove_tree(staging)
+
+
+def regenerate_feedback(assignment: str, grading: Path, students: list[str], root: Path | None = None,
+                        into: Path | None = None) -> None:
     """Every graded student's feedback page rendered again from the gradebook (hand grades
-    included), into nbgrader's feedback folder."""
+    included), into nbgrader's feedback folder, or (``into``) a folder laid out like it."""
     import time
 
     from autograder import ROOT
@@ -327,6 +366,10 @@ def regenerate_feedback(assignment: str, grading: Path, students: list[str], roo
     with tempfile.TemporaryDirectory(prefix="feedback-") as tmp:
         facts = Path(tmp) / "facts.json"
         facts.write_text(json.dumps({"provenance": note, "late": late}))
-        cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force", *paths.nbgrader_flags(),
+        flags = [f for f in paths.nbgrader_flags()
+                 if not (into is not None and f.startswith("--CourseDirectory.feedback_directory="))]
+        if into is not None:
+            flags.append(f"--CourseDirectory.feedback_directory={into}")
+        cmd = [sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force", *flags,
                f"--FeedbackExporter.facts={facts}"]
         subprocess.run(cmd, cwd=paths.course, env=nbgrader_env(), capture_output=True, text=True)

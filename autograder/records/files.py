@@ -171,6 +171,20 @@ def remove_leftovers(folder: Path) -> None:
             continue
 
 
+FEEDBACK_STAGING = ".feedback.tmp"
+
+
+def remove_dead_staging(grading: Path) -> None:
+    """The staging folders of feedback pages (``export``) whose writer was killed (its process is gone)."""
+    for old in Path(grading).glob(f"{FEEDBACK_STAGING}-*"):
+        try:
+            os.kill(int(old.name[len(FEEDBACK_STAGING) + 1:].split("-")[0]), 0)
+        except ProcessLookupError:
+            remove_tree(old)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
 def disk_line(exc: OSError, where: Path, what: str) -> str:
     """One line for a write that failed (a full disk, above all): what happened and what did not."""
     why = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -309,6 +323,9 @@ def recover(grading: Path, url: str, assignment: str) -> list[str]:
 
     paths = GradingPaths(Path(grading))
     remove_leftovers(paths.reports(assignment))
+    for folder in paths.step("feedback").glob(f"*/{assignment}"):  # an export's pages, half written
+        remove_leftovers(folder)
+    remove_dead_staging(paths.root)
     if paths.archive("x").parent.is_dir():  # a journal whose first write was cut short: a folder of nothing
         remove_leftovers(paths.archive("x").parent)
         for folder in paths.archive("x").parent.iterdir():
