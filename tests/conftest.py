@@ -277,7 +277,7 @@ TIERS = {
                     "test_instructor_notebook.py", "test_llm_backends.py", "test_mistakes.py", "test_offline_model.py",
                     "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py", "test_post_training.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py",
-             "test_instructor_book.py"},
+             "test_instructor_book.py", "test_handgrade_browser.py"},
     "scale": {"test_scale.py", "test_record_writer.py"},
     "colab": {"test_colab.py", "test_colab_previous.py", "test_colab_grading.py", "test_compat.py"},
 }

@@ -403,7 +403,10 @@ def make_server(hg: HandGrading, port: int = 8765, host: str = "127.0.0.1") -> T
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Content-Security-Policy", CSP)
             self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Referrer-Policy", "no-referrer")
+            # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with a
+            # form's POST, and the origin check below refused every save made in a real browser
+            # (tests/test_handgrade_browser.py); other sites still get no referrer at all
+            self.send_header("Referrer-Policy", "same-origin")
             self.send_header("Cache-Control", "no-store")
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
