@@ -3,7 +3,8 @@
 A grading run, ``undo`` and ``remove`` stage every file the record names before their
 transaction commits (undo's copies in the history's archive, the new files beside them, a
 journal of the renames); ``export`` writes every file under a temporary name and renames them
-all at the end, the feedback pages nbgrader renders again among them.  Here each command is killed (SIGKILL, in a process of its own) at each step --
+all at the end, the feedback pages nbgrader renders again among them; a save of the
+hand-grading page is one transaction of the gradebook.  Here each command is killed (SIGKILL, in a process of its own) at each step --
 before the commit, as it commits, after it, half way through the renames, while an export is
 written -- and the next command on the assignment completes or rolls back what it left, with a
 line saying which; and a full disk is injected at each write point (``COURSE_FAULT=<step>:enospc``,
@@ -263,3 +264,93 @@ def test_a_full_disk_in_an_export_with_feedback_keeps_the_old_pages(grading, cap
     assert cli(["export", "attention", "--grading-dir", str(grading)]) == 2
     assert "the exports are as they were" in _one_line(capsys)
     assert _state(grading) == before
+
+
+# ----------------------------------------------------------------------------- hand-grading saves
+#
+# A save of the hand-grading page writes the points and comments of every answer on it in one
+# transaction of the gradebook (pages: none; ``export`` renders them again, staged, above).  Killed
+# or out of disk after the first answer, after the second or at the commit, every grade of the page
+# is as it was, and no file of the record or the exports changed; the full disk is one line.
+
+AETHER = ROOT / "exercises" / "project_aether" / "project_aether.ipynb"
+SAVE_DRIVER = ("import sys, json; from pathlib import Path; from autograder.records.handgrade import HandGrading; "
+               "from conftest import ROOT; hg = HandGrading('project_aether', Path(sys.argv[1]), ROOT); "
+               "print(hg.save('q3_answer', json.loads(sys.argv[2])))")
+SAVE = {"s1": ["3", "clear"], "s2": ["1.5", "one side only"]}
+
+
+@pytest.fixture(scope="module")
+def aether_graded(tmp_path_factory):
+    """project_aether graded for s1 and s2 (their written answers await a grader)."""
+    import nbformat
+
+    tmp = tmp_path_factory.mktemp("handgrade-crash")
+    subs = tmp / "subs"
+    subs.mkdir()
+    for sid in ("s1", "s2"):
+        nb = nbformat.read(AETHER, as_version=4)
+        for cell in nb.cells:
+            if cell.metadata.get("nbgrader", {}).get("grade_id") == "q3_answer":
+                cell.source = f"The answer of {sid} about decoder-only models."
+        nbformat.write(nb, subs / f"{sid}_project_aether.ipynb")
+    with pytest.MonkeyPatch.context() as mp:
+        fake_record.install(mp)
+        mp.delenv("COURSE_FAULT", raising=False)
+        assert cli(["grade", "project_aether", str(subs), "--grading-dir", str(tmp / "grading")]) == 0
+    return tmp / "grading"
+
+
+@pytest.fixture
+def aether(aether_graded, tmp_path, monkeypatch):
+    monkeypatch.delenv("COURSE_FAULT", raising=False)
+    target = tmp_path / "grading"
+    shutil.copytree(aether_graded, target)
+    return target
+
+
+def _hand_grades(grading: Path) -> dict:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{grading / 'gradebook.db'}") as gb:
+        return {sid: (gb.find_grade("q3_answer", "project_aether", "project_aether", sid).manual_score,
+                      gb.find_comment("q3_answer", "project_aether", "project_aether", sid).manual_comment)
+                for sid in ("s1", "s2")}
+
+
+def _save_state(grading: Path) -> dict:
+    """Every file of the record and the exports but the gradebook (what a save may change)."""
+    return {k: v for k, v in _state(grading).items() if not k.startswith("gradebook.db")}
+
+
+@pytest.mark.parametrize("step", ["save s1", "save s2", "save commit"])
+def test_a_hand_grading_save_killed_keeps_every_grade_of_the_page(aether, step):
+    import json
+
+    before, grades = _save_state(aether), _hand_grades(aether)
+    assert grades == {"s1": (None, None), "s2": (None, None)}
+    env = {**os.environ, "COURSE_FAULT": f"{step}:kill",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", SAVE_DRIVER, str(aether), json.dumps(SAVE)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, f"not killed at {step!r}: {proc.returncode}\n{proc.stderr[-2000:]}"
+    assert _hand_grades(aether) == grades  # none of the page's grades, not the first one alone
+    assert _save_state(aether) == before
+    from autograder.records.handgrade import HandGrading
+
+    hg = HandGrading("project_aether", aether, ROOT)  # the next save (the killed one's lock is gone)
+    assert hg.save("q3_answer", {sid: tuple(v) for sid, v in SAVE.items()}) == [] and hg.scored == ["s1", "s2"]
+    assert _hand_grades(aether) == {"s1": (3.0, "clear"), "s2": (1.5, "one side only")}
+
+
+@pytest.mark.parametrize("step", ["save s2", "save commit"])
+def test_a_full_disk_in_a_hand_grading_save_is_one_line_and_saves_nothing(aether, monkeypatch, step):
+    from autograder.records.handgrade import HandGrading
+
+    before, grades = _save_state(aether), _hand_grades(aether)
+    hg = HandGrading("project_aether", aether, ROOT)
+    monkeypatch.setenv("COURSE_FAULT", f"{step}:enospc")
+    said = hg.save("q3_answer", {sid: tuple(v) for sid, v in SAVE.items()})
+    assert len(said) == 1 and said[0].startswith("nothing saved (No space left on device)"), said
+    assert "as it was" in said[0] and hg.scored == []
+    assert _hand_grades(aether) == grades and _save_state(aether) == before

@@ -185,6 +185,8 @@ class HandGrading:
         problem (nothing is written for that student); ``self.scored`` then holds the students
         whose points were written.  Saving holds the assignment's writer lock; while another
         command holds it nothing is saved (one line naming it)."""
+        from sqlalchemy.exc import SQLAlchemyError
+
         from .writer import RecordBusy, writing
 
         self.scored: list[str] = []
@@ -193,9 +195,15 @@ class HandGrading:
                 return self._save(grade_id, entries, versions or {})
         except RecordBusy as exc:
             return [f"nothing saved: {exc}".replace("or with --wait to wait for it", "then save again")]
+        except (OSError, SQLAlchemyError) as exc:  # a full disk: the transaction rolled back, whole
+            self.scored = []
+            why = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0])
+            return [f"nothing saved ({why}); every grade of this page is as it was: free some space and save again"]
 
     def _save(self, grade_id: str, entries: dict, versions: dict) -> list[str]:
         from nbgrader.api import Gradebook, MissingEntry
+
+        from .faults import fault
 
         info = {c.grade_id: c for c in graded_cells(self.released) if c.kind == "manual"}.get(grade_id)
         if info is None:
@@ -241,6 +249,10 @@ class HandGrading:
                     grade.needs_manual_grade = False
                     self.scored.append(sid)
                 comment.manual_comment = text.strip() or None
+                fault(f"save {sid}")
+            # one transaction for the whole page: a kill or a full disk leaves every grade of it
+            # as it was, or every one saved (a save writes no page: export renders them, staged)
+            fault("save commit")
             gb.db.commit()
         return problems
 
