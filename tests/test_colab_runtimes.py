@@ -131,3 +131,24 @@ def test_a_built_runtime_is_reused_and_a_stale_one_rebuilt(tmp_path, monkeypatch
     (folder / "colab-spec.json").write_text(colab_runtime.json.dumps({**want, "recipe": -1}))
     colab_runtime.runtime_python(snap)
     assert builds == [folder, folder]
+
+
+def test_the_tier_runs_each_exercise_at_its_smallest_profile():
+    """The tier checks that every cell runs on Colab's packages: an exercise with run profiles runs
+    there with the one that trains on the fewest rows (the graded profile is tests/test_finetune.py's)."""
+    import re
+
+    from colab_tier import _env
+    from conftest import read_nb
+
+    profile = _env()["COURSE_PROFILE"]
+    sized = 0
+    for source in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        code = "\n".join(c.source for c in read_nb(source).cells if c.cell_type == "code")
+        if "COURSE_PROFILE" not in code:
+            continue
+        rows = {name: int(n) for name, n in re.findall(r'"(\w+)": dict\(n_train=(\d+)', code)}
+        assert profile in rows, f"{source.name} has no {profile!r} profile (it has {sorted(rows)})"
+        assert rows[profile] == min(rows.values()) < rows["cpu"], (source.name, rows)
+        sized += 1
+    assert sized, "no exercise reads COURSE_PROFILE any more: drop the tier's profile"
