@@ -30,12 +30,18 @@ The course goes in as the notebook's setup cell puts it there: the *published* s
 runtime, and ``install_course`` reports every Colab package pip changed (the answer must be
 none: a change to an imported package would need a runtime restart on Colab).
 
-Each runtime's environment lives in ``.venv-colab/<date>/`` (ignored by git) and is reused while
-its package list is unchanged; only the course's own package is reinstalled.
+Each runtime's environment is built once and kept outside the repository, in the course's cache
+(``~/.cache/transformers-course/colab-venvs/<date>-<key>/``, ``$COURSE_CACHE_DIR`` moves it), under a
+key of everything it is built from (the package list, the requirements asked, the build recipe and
+the Python that builds it): a fresh clone, another worktree or the next test run reuses it, and a
+changed list or requirement builds a new one beside it. Only the course's own package is
+reinstalled. A lock file beside each folder keeps two test workers from building the same one at once.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -49,7 +55,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = ROOT / "tests" / "colab_runtimes"
-VENVS = ROOT / ".venv-colab"
 UPSTREAM = "googlecolab/backend-info"
 
 # Colab's packages that the course's notebooks, pages and self-checks import, or that hook into
@@ -165,15 +170,49 @@ def freeze(python: Path) -> dict[str, str]:
     return {normalise(p["name"]): p["version"] for p in json.loads(out)}
 
 
-def runtime_python(snap: Snapshot) -> Path:
-    """The rebuilt runtime's Python, built on first use and reused while the list is unchanged."""
-    folder = VENVS / snap.date
-    python = folder / "bin" / "python"
-    spec = requirements(snap)
+def venvs() -> Path:
+    """Where the rebuilt runtimes are kept: the course's cache folder, outside any checkout."""
+    from coursekit.models import course_cache_dir
+
+    return course_cache_dir() / "colab-venvs"
+
+
+def env_folder(name: str, want: dict) -> Path:
+    """The folder of the environment built from ``want``: ``<name>-<key>``, the key a hash of ``want``
+    and of the Python that builds it, so that a change to either builds a new one."""
+    built_by = {"python": sys.version, "base": getattr(sys, "_base_executable", sys.executable)}
+    key = hashlib.sha256(json.dumps([want, built_by], sort_keys=True).encode()).hexdigest()[:16]
+    return venvs() / f"{name}-{key}"
+
+
+@contextlib.contextmanager
+def _building(folder: Path):
+    """Hold ``<folder>.lock`` while the environment in ``folder`` is checked or built."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _is_built(folder: Path, want: dict) -> bool:
     stamp = folder / "colab-spec.json"
+    return (folder / "bin" / "python").exists() and stamp.exists() and json.loads(stamp.read_text()) == want
+
+
+def runtime_python(snap: Snapshot) -> Path:
+    """The rebuilt runtime's Python, built on first use and reused while what it is built from is unchanged."""
+    spec = requirements(snap)
     want = {"spec": spec, "list": hashlib.sha256(snap.path.read_bytes()).hexdigest(), "recipe": RECIPE}
-    if python.exists() and stamp.exists() and json.loads(stamp.read_text()) == want:
-        return python
+    folder = env_folder(snap.date, want)
+    with _building(folder):
+        if not _is_built(folder, want):
+            _build_runtime(snap, folder, spec, want)
+    return folder / "bin" / "python"
+
+
+def _build_runtime(snap: Snapshot, folder: Path, spec: list[str], want: dict) -> None:
+    python = folder / "bin" / "python"
+    stamp = folder / "colab-spec.json"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
@@ -185,7 +224,6 @@ def runtime_python(snap: Snapshot) -> Path:
     if wrong:
         raise RuntimeError(f"{snap.label}: pip installed other versions than asked: {wrong}")
     stamp.write_text(json.dumps(want))
-    return python
 
 
 _ONLY_WITH_OPS = """\
@@ -240,14 +278,19 @@ def grader_python(snap: Snapshot) -> Path:
     (nbconvert, SQLAlchemy, ...) are added here at Colab's versions, so that the notebook's own
     install step meets what it would meet on Colab and adds only what Colab lacks."""
     base = runtime_python(snap)
-    folder = VENVS / f"{snap.date}-grader"
-    python = folder / "bin" / "python"
     wanted = sorted(n for n in _grading_names() if normalise(n) in snap.pins and normalise(n) not in
                     {normalise(c) for c in COLAB_SIDE})
-    stamp = folder / "colab-spec.json"
     want = {"base": str(base), "preinstalled": [f"{n}=={snap.pins[normalise(n)]}" for n in wanted]}
-    if python.exists() and stamp.exists() and json.loads(stamp.read_text()) == want:
-        return python
+    folder = env_folder(f"{snap.date}-grader", want)
+    with _building(folder):
+        if not _is_built(folder, want):
+            _build_grader(snap, folder, base, want)
+    return folder / "bin" / "python"
+
+
+def _build_grader(snap: Snapshot, folder: Path, base: Path, want: dict) -> None:
+    python = folder / "bin" / "python"
+    stamp = folder / "colab-spec.json"
     shutil.rmtree(folder, ignore_errors=True)
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(folder)], check=True)
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -256,10 +299,9 @@ def grader_python(snap: Snapshot) -> Path:
                                capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "zz_colab_runtime.pth").write_text(f"import site; site.addsitedir({base_site!r})\n")
     if want["preinstalled"]:
-        _pip(python, "install", "-q", "--no-compile", "-c", str(_constraints(snap, VENVS / snap.date)),
+        _pip(python, "install", "-q", "--no-compile", "-c", str(_constraints(snap, base.parent.parent)),
              *want["preinstalled"])
     stamp.write_text(json.dumps(want))
-    return python
 
 
 def _grading_names() -> list[str]:

@@ -5,6 +5,11 @@ Notebooks run with the runtime's own nbclient and kernel, from a folder inside t
 course (so ``data/`` is found as in a clone of it), with the hub out of reach and the offline
 models (``COURSE_MODEL_SOURCE=offline``): what a student on Colab gets from the hub instead is
 the one difference. Each run's cells come back as JSON (text, errors).
+
+The tier asks whether every cell runs on Colab's packages, not how well a model learns: the
+exercises run at their smallest scale (``COURSE_PROFILE=smoke``, ``TIER_SCALE``: finetune trains on
+96 rows instead of 1,200). The grading of the ``cpu`` profile, accuracy included, is checked by
+tests/test_finetune.py and, on Colab's packages, by tests/test_colab_grading.py.
 """
 from __future__ import annotations
 
@@ -66,10 +71,14 @@ def course_in(snap: Snapshot, published: Path) -> CourseInstall:
     return install_course(snap, published)
 
 
+# The size of the exercises' experiments in the tier: the smallest profile they have.
+TIER_SCALE = {"COURSE_PROFILE": "smoke"}
+
+
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(COURSE_MODEL_SOURCE="offline", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", MPLBACKEND="Agg")
+               TRANSFORMERS_OFFLINE="1", MPLBACKEND="Agg", **TIER_SCALE)
     return env
 
 

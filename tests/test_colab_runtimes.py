@@ -82,3 +82,73 @@ def test_refresh_adds_colabs_newest_list_once(tmp_path, monkeypatch):
     assert snap.python == "3.14.1" and snap.version("numpy") == "2.3.0" and "torch" in snap.elsewhere
     assert refresh(upstream) is None
     assert SNAPSHOTS.is_dir()
+
+
+# ---------------------------------------------------------------- where the rebuilt runtimes are kept
+
+def test_a_runtime_is_kept_in_the_course_cache_outside_the_checkout(tmp_path, monkeypatch):
+    """A fresh clone reuses the runtimes an earlier run built: they live in the course's cache, by key."""
+    import colab_runtime
+
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
+    want = {"spec": requirements(snapshots()[0]), "list": "abc", "recipe": colab_runtime.RECIPE}
+    folder = colab_runtime.env_folder("2026-08-19", want)
+    assert folder.parent == tmp_path / "cache" / "colab-venvs" and folder.name.startswith("2026-08-19-")
+    assert ROOT not in folder.parents
+    monkeypatch.delenv("COURSE_CACHE_DIR")
+    assert ROOT not in colab_runtime.env_folder("2026-08-19", want).parents
+
+
+def test_the_key_follows_what_the_runtime_is_built_from():
+    """The same list and requirements give the same folder; a changed one gives another."""
+    import colab_runtime
+
+    want = {"spec": ["numpy==2.0.2"], "list": "abc", "recipe": 2}
+    same = colab_runtime.env_folder("d", dict(want))
+    assert same == colab_runtime.env_folder("d", want)
+    for changed in ({**want, "spec": ["numpy==2.0.3"]}, {**want, "list": "abd"}, {**want, "recipe": 3}):
+        assert colab_runtime.env_folder("d", changed) != same, changed
+
+
+def test_a_built_runtime_is_reused_and_a_stale_one_rebuilt(tmp_path, monkeypatch):
+    """runtime_python builds nothing when the keyed folder holds a finished build (its stamp), and
+    builds when the stamp is missing or says otherwise."""
+    import colab_runtime
+
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path))
+    builds = []
+    monkeypatch.setattr(colab_runtime, "_build_runtime", lambda snap, folder, spec, want: builds.append(folder))
+    snap = snapshots()[0]
+    colab_runtime.runtime_python(snap)  # nothing there: built
+    (folder,) = builds
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "python").write_text("")
+    want = {"spec": requirements(snap), "list": colab_runtime.hashlib.sha256(snap.path.read_bytes()).hexdigest(),
+            "recipe": colab_runtime.RECIPE}
+    (folder / "colab-spec.json").write_text(colab_runtime.json.dumps(want))
+    assert colab_runtime.runtime_python(snap) == folder / "bin" / "python"
+    assert len(builds) == 1, "a finished build was built again"
+    (folder / "colab-spec.json").write_text(colab_runtime.json.dumps({**want, "recipe": -1}))
+    colab_runtime.runtime_python(snap)
+    assert builds == [folder, folder]
+
+
+def test_the_tier_runs_each_exercise_at_its_smallest_profile():
+    """The tier checks that every cell runs on Colab's packages: an exercise with run profiles runs
+    there with the one that trains on the fewest rows (the graded profile is tests/test_finetune.py's)."""
+    import re
+
+    from colab_tier import _env
+    from conftest import read_nb
+
+    profile = _env()["COURSE_PROFILE"]
+    sized = 0
+    for source in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        code = "\n".join(c.source for c in read_nb(source).cells if c.cell_type == "code")
+        if "COURSE_PROFILE" not in code:
+            continue
+        rows = {name: int(n) for name, n in re.findall(r'"(\w+)": dict\(n_train=(\d+)', code)}
+        assert profile in rows, f"{source.name} has no {profile!r} profile (it has {sorted(rows)})"
+        assert rows[profile] == min(rows.values()) < rows["cpu"], (source.name, rows)
+        sized += 1
+    assert sized, "no exercise reads COURSE_PROFILE any more: drop the tier's profile"
