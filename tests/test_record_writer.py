@@ -4,8 +4,9 @@ A second command that would change an assignment's class record while another on
 refuses with one line naming who holds it (exit status 2), or with --wait waits for it; a lock
 left by a killed process is taken over with a line saying so; on SQLite and PostgreSQL alike.
 Two ``grade`` runs started together on one fresh grading folder (--wait) both end with every
-grade in place, each the student's own.  The 20-repetition stress check of the same:
-``python benchmarks/concurrent_grades.py --repeat 20``.
+grade in place, each the student's own.  The 20-repetition stress check of the same with real
+kernels: ``python benchmarks/concurrent_grades.py --repeat 20``; pairs of runs judged without
+kernels, on SQLite and PostgreSQL: ``COURSE_STRESS_PAIRS=20 pytest tests/test_record_writer.py -k pairs``.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pytest
 
 from autograder.cli import main as cli
 from autograder.records import writer
+import fake_record
 from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
 from test_scale import postgres  # noqa: F401 - the throwaway PostgreSQL server fixture
 
@@ -141,3 +143,57 @@ def test_two_grade_runs_started_together_lose_and_swap_no_grade(tmp_path, repeti
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert rows == {"s1": ("graded", "30"), "s2": ("graded", "24")}
     assert sum("waiting for grade attention" in p.stderr for p in done) <= 1
+
+
+# -------------------------------------------------------- many pairs, SQLite and PostgreSQL
+
+FAKE_DRIVER = ("import sys, fake_record; fake_record.install(); from autograder.cli import main; "
+               "sys.exit(main(sys.argv[1:]))")
+# pairs per database in the suite; the 20 of issue 34's check: COURSE_STRESS_PAIRS=20 pytest tests/test_record_writer.py -k pairs
+PAIRS = int(os.environ.get("COURSE_STRESS_PAIRS", "5"))
+
+
+def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, dict, list[str]]:
+    """``pairs`` times, two ``grade`` runs of attention started together (--wait) on one grading
+    folder whose record is ``url``, each with one new student, judged by the kernel-free fake of
+    tests/fake_record.py (a student ``sNNa`` scores 30, ``sNNb`` 15, and each graded notebook and
+    feedback page carries its own student's id).  Returns grades.csv (student -> (status, total)),
+    whose code each student's graded notebook and feedback page show, and every failed run's end."""
+    grading = tmp / "grading"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    env.pop("COURSE_FAULT", None)
+    db = [] if url.startswith("sqlite") else ["--db-url", url]
+    failed = []
+    for i in range(pairs):
+        procs = []
+        for who, score in (("a", 1.0), ("b", 0.5)):
+            sid = f"s{i:02d}{who}"
+            folder = tmp / "batches" / sid
+            folder.mkdir(parents=True)
+            (folder / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(sid, score))
+            procs.append(subprocess.Popen(
+                [sys.executable, "-W", "ignore", "-c", FAKE_DRIVER, "grade", "attention", str(folder), "--wait",
+                 "--grading-dir", str(grading), *db], cwd=ROOT, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            if p.returncode != 0:
+                failed.append(f"pair {i}: exit {p.returncode}: {err[-800:]}")
+    with open(grading / "reports" / "attention" / "grades.csv", newline="") as fh:
+        rows = {r["student_id"]: (r["status"], r["total"]) for r in csv.DictReader(fh)}
+    codes = {}
+    for sid in rows:
+        page = grading / "feedback" / sid / "attention" / "attention.html"
+        graded = grading / "autograded" / sid / "attention" / "attention.ipynb"
+        codes[sid] = {fake_record.MARK.search(p.read_text())["code"] if p.exists() else "-" for p in (page, graded)}
+    return rows, codes, failed
+
+
+def test_pairs_of_grade_runs_started_together_lose_and_swap_no_grade(tmp_path, url):
+    """On SQLite and PostgreSQL: pairs of runs started together keep every grade, each the student's own."""
+    rows, codes, failed = fake_pairs_at_once(tmp_path, url)
+    assert not failed, failed[:3]
+    expected = {f"s{i:02d}{who}": ("graded", total) for i in range(PAIRS) for who, total in (("a", "30"), ("b", "15"))}
+    assert rows == expected
+    assert all(found == {sid} for sid, found in codes.items()), \
+        {sid: found for sid, found in codes.items() if found != {sid}}
