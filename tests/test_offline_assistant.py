@@ -194,3 +194,51 @@ def test_read_only_cache_still_gives_a_model(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "SOURCE trained 1" in proc.stdout and "was not cached" in proc.stdout
     assert list(cache.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the LLM lab's offline chat backend
+
+def test_load_llm_offline_gives_the_chat_model_when_asked_for_one(monkeypatch):
+    from coursekit import llm
+
+    monkeypatch.setenv("COURSE_MODEL_SOURCE", "offline")
+    for name in ("COURSE_LLM_BACKEND", "COURSE_LLM_KIND", "COURSE_LLM_PINNED_BACKEND"):
+        monkeypatch.delenv(name, raising=False)
+    chat = llm.load_llm(kind="chat", verbose=False)
+    assert isinstance(chat, llm.LocalOfflineChat) and chat.kind == "chat" and chat.has_logits
+    assert chat.description.startswith("offline: offline chat model")
+    ids = chat.prompt_ids("Write a headline about sports.")
+    assert chat.tokenizer.decode(ids[0]).endswith("<|assistant|>")
+    logits = chat.next_logits(ids)
+    assert logits.shape == (1, len(chat.tokenizer)) and logits.dtype == torch.float32
+    # an answer ends at <|end|>: decode and the scores keep what comes before it
+    end = chat.tokenizer.eos_token_id
+    words = chat.tokenizer(" Sports", add_special_tokens=False)["input_ids"]
+    assert chat.shown_length(words + [end, 5, 6]) == len(words) and chat.decode(words + [end, 5, 6]).strip() == "Sports"
+    samples = chat.sample(["What is the topic of this headline? Yankees beat Red Sox"], n_samples=2,
+                          max_new_tokens=8, temperature=0)
+    assert len(samples) == 2 and samples[0]["text"] == samples[1]["text"]
+    # without kind="chat" the offline model is still the small GPT that continues text
+    assert isinstance(llm.load_llm(verbose=False), llm.LocalSmallGPT)
+
+
+def test_exported_chat_model_loads_with_the_auto_classes(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from coursekit import llm
+
+    folder = llm.export_offline_chat(tmp_path / "chat")
+    model, tok, _ = A.load_or_train_chat(verbose=False)
+    again = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tok2 = AutoTokenizer.from_pretrained(folder)
+    messages = [{"role": "user", "content": "Write a headline about business."}]
+    assert tok2.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
+        tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = tok2.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(again(ids).logits, model(ids).logits, atol=1e-5)
+        out = again.generate(ids, max_new_tokens=40, do_sample=False)
+    assert again.generation_config.eos_token_id == tok2.eos_token_id == tok2.convert_tokens_to_ids("<|end|>")
+    new = out[0, ids.shape[1]:].tolist()
+    assert tok2.eos_token_id in new, "generation stops at <|end|>"
+    assert tok2.decode(new, skip_special_tokens=True).strip() == A.answer(model, tok, messages[0]["content"], 40)
