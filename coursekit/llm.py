@@ -455,7 +455,8 @@ class LocalOfflineChat(LocalHubChat):
     and a headline about a topic. It knows nothing else: other questions get news-like text."""
 
     PROMPTS = ("Write a headline about sports.", "Write a headline about business.",
-               "What is the topic of this headline? Oil prices climb as supplies tighten")
+               "Oil prices climb as supplies tighten. Crude futures rose on Monday after producers said "
+               "they would pump less.\nWhat is the topic of this news?")
 
     def __init__(self, device=None):
         import torch
@@ -474,12 +475,19 @@ def export_offline_chat(folder=None):
     tokenizer with the chat template, a generation config that stops at ``<|end|>``) for
     ``transformers serve FOLDER`` or vLLM, and return the folder. Default:
     ``$COURSE_CACHE_DIR/assistant-export/<key>``; ``python -m coursekit.llm export --chat``."""
+    from transformers import GenerationConfig
+
     from coursekit.gpt.assistant import load_or_train_chat
     from coursekit.models import _quiet, course_cache_dir
 
     model, tokenizer, info = load_or_train_chat(verbose=False)
     folder = Path(folder) if folder is not None else course_cache_dir() / "assistant-export" / info["key"]
     folder.mkdir(parents=True, exist_ok=True)
+    # a server samples at the request's settings only when the model's default is to sample (a
+    # greedy default makes every temperature give the same text), and adds no hidden top-k
+    model.generation_config = GenerationConfig(do_sample=True, temperature=1.0, top_k=None, top_p=None,
+                                               max_new_tokens=48, eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
     with _quiet():
         model.save_pretrained(folder)  # with its generation_config.json
         tokenizer.save_pretrained(folder)

@@ -111,7 +111,7 @@ def test_instruction_pairs_shape_and_tasks():
         assert p["label"] in A.TOPICS
         if p["task"] == "topic":
             assert p["messages"][1]["content"] == p["label"]
-            assert p["messages"][0]["content"].startswith("What is the topic of this headline? ")
+            assert p["messages"][0]["content"].endswith("\nWhat is the topic of this news?")
     counts = {t: sum(p["label"] == t and p["task"] == "topic" for p in pairs) for t in A.TOPICS}
     assert max(counts.values()) - min(counts.values()) <= 0.05 * max(counts.values())  # balanced topics
     assert A.instruction_pairs("train", n=5, seed=1) == A.instruction_pairs("train", seed=1)[:5]
@@ -123,12 +123,13 @@ def test_instruction_pairs_shape_and_tasks():
 def test_train_and_test_instructions_never_overlap():
     from coursekit.data import load_small_ag_news
 
-    def headlines(pairs):
-        return {p["messages"][0]["content"].lower() for p in pairs if p["task"] == "topic"} | \
-            {p["messages"][1]["content"].lower() for p in pairs if p["task"] == "headline"}
+    def news(pairs):  # the article text each pair was made from
+        return {p["messages"][0]["content"].lower().split("\n")[0].removesuffix(" ...")[:60]
+                for p in pairs if p["task"] == "topic"} | \
+            {p["messages"][1]["content"].lower()[:60] for p in pairs if p["task"] == "headline"}
 
     train, test = A.instruction_pairs("train"), A.instruction_pairs("test")
-    assert len(test) > 1000 and not headlines(train) & headlines(test)
+    assert len(test) > 1000 and not news(train) & news(test)
     # the test questions come from AG News' test file
     test_text = " ".join(load_small_ag_news()["test"]["text"])
     for p in test[:40]:
@@ -215,7 +216,7 @@ def test_load_llm_offline_gives_the_chat_model_when_asked_for_one(monkeypatch):
     end = chat.tokenizer.eos_token_id
     words = chat.tokenizer(" Sports", add_special_tokens=False)["input_ids"]
     assert chat.shown_length(words + [end, 5, 6]) == len(words) and chat.decode(words + [end, 5, 6]).strip() == "Sports"
-    samples = chat.sample(["What is the topic of this headline? Yankees beat Red Sox"], n_samples=2,
+    samples = chat.sample(["Yankees beat Red Sox. The Yankees won 5-3.\nWhat is the topic of this news?"], n_samples=2,
                           max_new_tokens=8, temperature=0)
     assert len(samples) == 2 and samples[0]["text"] == samples[1]["text"]
     # without kind="chat" the offline model is still the small GPT that continues text
@@ -239,6 +240,9 @@ def test_exported_chat_model_loads_with_the_auto_classes(tmp_path):
         assert torch.allclose(again(ids).logits, model(ids).logits, atol=1e-5)
         out = again.generate(ids, max_new_tokens=40, do_sample=False)
     assert again.generation_config.eos_token_id == tok2.eos_token_id == tok2.convert_tokens_to_ids("<|end|>")
+    # a server samples at the request's temperature only when sampling is the model's default
+    g = again.generation_config
+    assert g.do_sample is True and g.temperature == 1.0 and not g.top_k and g.top_p in (None, 1.0)
     new = out[0, ids.shape[1]:].tolist()
     assert tok2.eos_token_id in new, "generation stops at <|end|>"
     assert tok2.decode(new, skip_special_tokens=True).strip() == A.answer(model, tok, messages[0]["content"], 40)

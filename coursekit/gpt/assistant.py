@@ -11,8 +11,9 @@ subset, within a few minutes of one CPU core:
   SwiGLU, the modules peft's LoRA targets: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``)
   pre-trained on the articles, with a ``PreTrainedTokenizerFast`` (the byte-level BPE of
   ``coursekit.gpt.tokenizer`` plus the chat tokens) whose ``chat_template`` is Jinja;
-* ``instruction_pairs(split)``: the instructions, built from AG News: "What is the topic of
-  this headline? ..." -> "Sports", and "Write a headline about business." -> a headline;
+* ``instruction_pairs(split)``: the instructions, built from AG News: "<the start of an
+  article> What is the topic of this news?" -> "Sports", and "Write a headline about
+  business." -> a headline;
 * ``load_or_train_chat()``: the base model after SFT on ``instruction_pairs("train")`` with the
   loss on the answer tokens only (``encode_chat`` builds the labels).
 
@@ -59,10 +60,15 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
-_TOPIC_QUESTION = "What is the topic of this headline? {headline}"
+# the question comes after the news (the last words before the answer say what is asked), and
+# shows the start of the article: a headline alone is too little for a model this small
+_TOPIC_QUESTION = "{news}\nWhat is the topic of this news?"
+_NEWS_WORDS = 24
 _HEADLINE_REQUEST = "Write a headline about {topic}."
-# Bump when the template, the instructions or the training change what a cached model would be.
+# Bump when the template, the tokenizer or the pre-training change what a cached base model would
+# be (ASSISTANT_VERSION), or the instructions or SFT change the chat model (INSTRUCTIONS_VERSION).
 ASSISTANT_VERSION = 2
+INSTRUCTIONS_VERSION = 3
 _TOPIC_WORDS = {"World": "world news", "Sports": "sports", "Business": "business", "Sci/Tech": "science and technology"}
 
 
@@ -95,7 +101,7 @@ class BaseSettings:
 
 @dataclass
 class ChatSettings:
-    steps: int = 400
+    steps: int = 350
     batch_size: int = 32
     lr: float = 2e-3
     min_lr: float = 1e-4
@@ -155,9 +161,9 @@ def instruction_pairs(split: str = "train", n: int | None = None, seed: int = 0)
     training file, "test" the test file; a test headline that also occurs in the training
     file is left out, so the two never overlap).
 
-    Two tasks, one pair of each per article: ``topic`` ("What is the topic of this headline?
-    ..." -> one of ``TOPICS``) and ``headline`` ("Write a headline about sports." -> the
-    article's headline).  Each pair is ``{"messages": [user, assistant], "task", "label"}``,
+    Two tasks, one pair of each per article: ``topic`` (the first words of the article, then
+    "What is the topic of this news?" -> one of ``TOPICS``) and ``headline`` ("Write a headline
+    about sports." -> the article's headline).  Each pair is ``{"messages": [user, assistant], "task", "label"}``,
     ``label`` the topic name.  Shuffled with ``seed``; ``n`` keeps the first n."""
     if split not in ("train", "test"):
         raise ValueError(f"split={split!r}: use 'train' or 'test'")
@@ -173,7 +179,9 @@ def instruction_pairs(split: str = "train", n: int | None = None, seed: int = 0)
             continue
         used.add(head.lower())
         topic = TOPICS[label]
-        pairs.append({"messages": [{"role": "user", "content": _TOPIC_QUESTION.format(headline=head)},
+        words = text.split()
+        news = " ".join(words[:_NEWS_WORDS]) + (" ..." if len(words) > _NEWS_WORDS else "")
+        pairs.append({"messages": [{"role": "user", "content": _TOPIC_QUESTION.format(news=news)},
                                    {"role": "assistant", "content": topic}], "task": "topic", "label": topic})
         pairs.append({"messages": [{"role": "user", "content": _HEADLINE_REQUEST.format(topic=_TOPIC_WORDS[topic])},
                                    {"role": "assistant", "content": head}], "task": "headline", "label": topic})
@@ -447,7 +455,8 @@ def load_or_train_chat(device=None, verbose=True, retrain=False, config: Assista
         settings or ChatSettings()
     device = torch.device(device) if device is not None else torch.device("cpu")
     corpus = ag_news_corpus()
-    key = _key("chat", {"config": asdict(config), "base": asdict(base_settings), "train": asdict(settings)}, corpus)
+    key = _key("chat", {"config": asdict(config), "base": asdict(base_settings), "train": asdict(settings),
+                        "instructions": INSTRUCTIONS_VERSION}, corpus)
     folder = cache_root(cache_dir, "assistant") / f"chat-{key}"
     loaded = None if retrain else _load(folder, device)
     if loaded is not None:
