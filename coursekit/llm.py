@@ -87,7 +87,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 __all__ = ["BACKENDS", "LLMError", "UnsupportedSetting", "LanguageModel", "LocalSmallGPT",
-           "LocalHubChat", "LlamaCppModel", "OpenAIModel", "load_llm", "llm_settings", "api_key",
+           "LocalHubChat", "LocalOfflineChat", "export_offline_chat", "LlamaCppModel", "OpenAIModel", "load_llm", "llm_settings", "api_key",
            "export_small_gpt", "HUB_CHAT_MODEL", "KEY_NAME", "SERVER_KEY_NAME", "MAX_REPLY_MB"]
 
 BACKENDS = ("local", "openai", "llamacpp")
@@ -447,6 +447,51 @@ class LocalHubChat(_LogitsModel):
         with torch.no_grad():
             logp = F.log_softmax(self.model(ids.to(self.device)).logits.float(), dim=-1).cpu()
         return logp[:, start - 1:-1].gather(-1, ids[:, start:, None]).squeeze(-1)
+
+
+class LocalOfflineChat(LocalHubChat):
+    """The course's offline chat model (``coursekit.gpt.assistant.load_or_train_chat``): a small
+    Llama pre-trained on AG News and fine-tuned on two instructions, the topic of a headline
+    and a headline about a topic. It knows nothing else: other questions get news-like text."""
+
+    PROMPTS = ("Write a headline about sports.", "Write a headline about business.",
+               "Oil prices climb as supplies tighten. Crude futures rose on Monday after producers said "
+               "they would pump less.\nWhat is the topic of this news?")
+
+    def __init__(self, device=None):
+        import torch
+
+        from coursekit.gpt.assistant import load_or_train_chat
+
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.model, self.tokenizer, info = load_or_train_chat(device=self.device, verbose=False)
+        self.name = "offline chat model (coursekit.gpt.assistant, AG News instructions)"
+        self.end_of_turn = self.tokenizer.eos_token_id
+        self.description = f"offline: {info['description']}"
+
+
+def export_offline_chat(folder=None):
+    """Write the offline chat model as a transformers checkpoint (``LlamaForCausalLM``, its
+    tokenizer with the chat template, a generation config that stops at ``<|end|>``) for
+    ``transformers serve FOLDER`` or vLLM, and return the folder. Default:
+    ``$COURSE_CACHE_DIR/assistant-export/<key>``; ``python -m coursekit.llm export --chat``."""
+    from transformers import GenerationConfig
+
+    from coursekit.gpt.assistant import load_or_train_chat
+    from coursekit.models import _quiet, course_cache_dir
+
+    model, tokenizer, info = load_or_train_chat(verbose=False)
+    folder = Path(folder) if folder is not None else course_cache_dir() / "assistant-export" / info["key"]
+    folder.mkdir(parents=True, exist_ok=True)
+    # a server samples at the request's settings only when the model's default is to sample (a
+    # greedy default makes every temperature give the same text), and adds no hidden top-k
+    model.generation_config = GenerationConfig(do_sample=True, temperature=1.0, top_k=None, top_p=None,
+                                               max_new_tokens=48, eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    with _quiet():
+        model.save_pretrained(folder)  # with its generation_config.json
+        tokenizer.save_pretrained(folder)
+    return folder
 
 
 # ---------------------------------------------------------------------------------------
@@ -1046,7 +1091,8 @@ def load_llm(device=None, backend=None, model=None, base_url=None, kind=None, ve
     """The language model the settings ask for (see the module docstring).
 
     ``local``: SmolLM2-135M-Instruct when ``coursekit.models.model_source()`` is "hub" (it
-    falls back to the small GPT, saying why, if the download fails), else the small GPT.
+    falls back to the offline model, saying why, if the download fails), else the offline
+    model: the small GPT, or with ``kind="chat"`` the offline chat model (``LocalOfflineChat``).
     ``openai``: ``model`` at ``base_url``, sent ``api_key`` if given (else the key for that
     server, see ``api_key``). ``llamacpp``: ``model`` is the .gguf file."""
     s = llm_settings(backend, model, base_url, kind)
@@ -1064,7 +1110,9 @@ def load_llm(device=None, backend=None, model=None, base_url=None, kind=None, ve
             return LocalHubChat(model or HUB_CHAT_MODEL, device)
         except Exception as err:  # noqa: BLE001 - any failure: say why, use the offline model
             print(f"could not load {model or HUB_CHAT_MODEL} ({type(err).__name__}: {_short(err, 200)}); "
-                  "using the small GPT")
+                  f"using the {'offline chat model' if kind == 'chat' else 'small GPT'}")
+    if kind == "chat":  # asked for an instruction model: the offline one
+        return LocalOfflineChat(device)
     return LocalSmallGPT(device)
 
 
@@ -1200,9 +1248,12 @@ def _main(argv=None) -> int:
     ex = sub.add_parser("export", help="write the course's small GPT for transformers serve / vLLM (hf) "
                                        "or llama.cpp / Ollama (gguf)")
     ex.add_argument("--format", choices=("hf", "gguf"), default="hf")
+    ex.add_argument("--chat", action="store_true", help="the offline chat model instead (hf only)")
     ex.add_argument("folder", nargs="?", help="where to write (default: the course cache)")
     args = parser.parse_args(argv)
-    print(export_small_gpt(args.folder, fmt=args.format))
+    if args.chat and args.format != "hf":
+        parser.error("--chat writes a transformers checkpoint: leave out --format gguf")
+    print(export_offline_chat(args.folder) if args.chat else export_small_gpt(args.folder, fmt=args.format))
     return 0
 
 

@@ -275,6 +275,7 @@ TIERS = {
     "assignments": {"test_autograde.py", "test_arithmetic_assignments.py", "test_finetune.py", "test_modern_decoder.py",
                     "test_concepts_lab.py", "test_record_killed.py", "test_release.py",
                     "test_instructor_notebook.py", "test_llm_backends.py", "test_mistakes.py", "test_offline_model.py",
+                    "test_offline_assistant.py",
                     "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py", "test_post_training.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py",
              "test_instructor_book.py", "test_handgrade_browser.py"},

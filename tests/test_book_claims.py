@@ -481,3 +481,32 @@ def test_position_interpolation_is_judged_against_the_spread_of_the_rope_runs():
                                       "within 3 spreads of no change")
     says(prose(nb), r"over the first \$L\$ tokens it \{glue:text\}`p12_interp_L`, and over all \$4L\$ tokens it "
                     r"\{glue:text\}`p12_interp_4L`")
+
+
+# ----------------------------------------- 16: LoRA's trainable parameters of a Llama model, by hand
+
+
+def lora_cell() -> str:
+    nb = page("16_instruction_tuning.ipynb")
+    (code,) = [c.source for c in nb.cells if c.cell_type == "code" and "def lora_parameters" in c.source]
+    return code
+
+
+@pytest.mark.parametrize("heads,kv_heads,r", [(4, 4, 16), (6, 2, 16), (6, 1, 4)])
+def test_the_lora_formula_counts_what_peft_trains(heads, kv_heads, r):
+    """The page's formula against peft, on multi-head, grouped-query and multi-query shapes (meta
+    device: shapes only), with the seed's configuration and another rank."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    names = {}
+    exec(picked(lora_cell(), {"LORA", "lora_parameters"}), names)
+    assert names["LORA"] == dict(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                 bias="none", task_type="CAUSAL_LM")
+    config = LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    lora = get_peft_model(model, LoraConfig(**{**names["LORA"], "r": r}))
+    assert lora.get_nb_trainable_parameters()[0] == names["lora_parameters"](config, r=r)

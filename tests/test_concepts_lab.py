@@ -208,3 +208,8 @@ def test_lab_says_what_to_expect_from_the_offline_model(lab):
     vocab = int(lines["held-out perplexity"].rsplit(" ", 1)[1].rstrip(")").replace(",", ""))
     assert 1 < ppl < vocab  # better than a uniform guess, far from perfect
     assert "real news (held out)" in text and "one sample at temperature 1.0: [" in text
+    # the offline chat model (issue 37): held-out topic accuracy with its interval, above a guess
+    line = lines["offline chat model"]
+    low = float(line.split("95% interval ")[1].split("%")[0])
+    guess = float(line.split("a guess: ")[1].split("%")[0])
+    assert low > guess == 25, line

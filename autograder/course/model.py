@@ -18,7 +18,7 @@ from pathlib import Path
 from autograder import ROOT, SOURCE_DIR
 
 COURSE_FILE = "course.yml"
-MODEL_KINDS = ("distilbert", "roberta", "small_gpt")
+MODEL_KINDS = ("distilbert", "roberta", "small_gpt", "offline_chat")
 
 
 class CourseFileError(ValueError):

@@ -17,6 +17,10 @@ def warm_models(models, env: dict) -> str | None:
                 from coursekit.gpt import load_or_train_small_gpt
 
                 load_or_train_small_gpt(verbose=False)
+            if "offline_chat" in models:  # the offline assistant (and its base model)
+                from coursekit.gpt.assistant import load_or_train_chat
+
+                load_or_train_chat(verbose=False)
     except Exception as exc:  # noqa: BLE001 - grading goes on; each kernel then builds what it needs
         return f"WARNING: could not prepare the offline models before grading ({type(exc).__name__}: {exc})"
     return None

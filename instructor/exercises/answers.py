@@ -488,6 +488,44 @@ def ex_15_4_wrong() -> float:
     return 1 / (1 + math.exp(MARGIN_15))
 
 
+# ---------------------------------------------------------------------------------------------
+# Instruction tuning: LoRA on SmolLM2-135M, and how sure a held-out accuracy is
+# ---------------------------------------------------------------------------------------------
+
+SMOL_16 = dict(d=576, ffn=1536, layers=30, heads=9, kv_heads=3, head_dim=64)
+RANK_16 = 16
+RIGHT_16, N_16, Z_16 = 27, 100, 1.96
+
+
+def ex_16_3() -> float:
+    """r (d_in + d_out) for q, k, v, o and the three SwiGLU matrices of every layer."""
+    s, r = SMOL_16, RANK_16
+    q = o = r * (s["d"] + s["heads"] * s["head_dim"])
+    k = v = r * (s["d"] + s["kv_heads"] * s["head_dim"])
+    gate = up = down = r * (s["d"] + s["ffn"])
+    return s["layers"] * (q + k + v + o + gate + up + down)
+
+
+def ex_16_3_wrong() -> float:
+    """Key and value projections taken as square (d -> d), as without grouped-query attention."""
+    s, r = SMOL_16, RANK_16
+    return s["layers"] * (4 * r * 2 * s["d"] + 3 * r * (s["d"] + s["ffn"]))
+
+
+def ex_16_4() -> float:
+    """The upper end of the Wilson score interval."""
+    p, n, z = RIGHT_16 / N_16, N_16, Z_16
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre + half
+
+
+def ex_16_4_wrong() -> float:
+    """The normal-approximation (Wald) interval p + 1.96 sqrt(p(1 - p)/n)."""
+    p = RIGHT_16 / N_16
+    return p + Z_16 * math.sqrt(p * (1 - p) / N_16)
+
+
 EXERCISES: dict[str, Compute] = {
     "1.3": Compute(ex_1_3, {"rel": 0.005}, ex_1_3_wrong, "the weights are softmax(-c / lambda): divide by lambda"),
     "1.4": Compute(ex_1_4, {"rel": 0.005}, ex_1_4_wrong, "use the natural logarithm (nats, not bits)"),
@@ -514,6 +552,10 @@ EXERCISES: dict[str, Compute] = {
     "14.2": Compute(ex_14_2, {"rel": 0.01}, ex_14_2_wrong, "C = 6ND and D = 20N: solve for N"),
     "14.3": Compute(ex_14_3, {"rel": 0.005}, ex_14_3_wrong,
                     "fit a straight line to log(L - E) against log N, then evaluate the law at N"),
+    "16.3": Compute(ex_16_3, {"exact": True}, ex_16_3_wrong,
+                    "r (d_in + d_out) for each of the seven matrices of a layer; k and v map 576 to 192"),
+    "16.4": Compute(ex_16_4, {"rel": 0.002}, ex_16_4_wrong,
+                    "the Wilson centre (p + z²/2n)/(1 + z²/n) plus its half-width, not p ± 1.96 sqrt(p(1-p)/n)"),
 }
 
 ANSWERS_FILE = HERE / "answers.json"
