@@ -488,6 +488,58 @@ def ex_15_4_wrong() -> float:
     return 1 / (1 + math.exp(MARGIN_15))
 
 
+
+# ---------------------------------------------------------------------------------------------
+# Smaller and cheaper: quantisation
+# ---------------------------------------------------------------------------------------------
+
+def ex_18_2() -> float:
+    """Bytes of a 4096 x 4096 int4 matrix in groups of 128, one 16-bit scale per group."""
+    n = 4096 * 4096
+    return n * 4 / 8 + (n // 128) * 2
+
+
+def ex_18_2_wrong() -> float:
+    """The integers alone, without the scales."""
+    return 4096 * 4096 * 4 / 8
+
+
+def ex_18_3() -> float:
+    """Bits per weight: 4, an 8-bit constant per 128 weights, a 32-bit one per 256 constants."""
+    return 4 + 8 / 128 + 32 / (128 * 256)
+
+
+def ex_18_3_wrong() -> float:
+    """Forgetting the second level of constants."""
+    return 4 + 8 / 128
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------
+
+def ex_19_2() -> float:
+    """Items for a 95% half-width of one point at accuracy 0.8: n = (1.96 / 0.01)^2 p (1 - p)."""
+    return math.ceil(1.96 ** 2 * 0.8 * 0.2 / 0.01 ** 2)
+
+
+def ex_19_2_wrong() -> float:
+    """The rule of thumb 2 sigma instead of 1.96 sigma."""
+    return math.ceil(2 ** 2 * 0.8 * 0.2 / 0.01 ** 2)
+
+
+def ex_19_3() -> float:
+    """Pairs judged the same in both orders: one A and one B verdict each, so as many as the B verdicts."""
+    verdicts = 2 * 600
+    return verdicts - round(0.71 * verdicts)
+
+
+def ex_19_3_wrong() -> float:
+    """Counting the pairs with two equal letters (A, A) as consistent."""
+    return 600 - ex_19_3()
+
+
 EXERCISES: dict[str, Compute] = {
     "1.3": Compute(ex_1_3, {"rel": 0.005}, ex_1_3_wrong, "the weights are softmax(-c / lambda): divide by lambda"),
     "1.4": Compute(ex_1_4, {"rel": 0.005}, ex_1_4_wrong, "use the natural logarithm (nats, not bits)"),
@@ -514,6 +566,12 @@ EXERCISES: dict[str, Compute] = {
     "14.2": Compute(ex_14_2, {"rel": 0.01}, ex_14_2_wrong, "C = 6ND and D = 20N: solve for N"),
     "14.3": Compute(ex_14_3, {"rel": 0.005}, ex_14_3_wrong,
                     "fit a straight line to log(L - E) against log N, then evaluate the law at N"),
+    "18.2": Compute(ex_18_2, {"exact": True}, ex_18_2_wrong, "half a byte per weight, plus one scale for every group"),
+    "18.3": Compute(ex_18_3, {"abs": 0.0002}, ex_18_3_wrong,
+                    "4 bits, plus a share of an 8-bit constant, plus a share of a 32-bit one"),
+    "19.2": Compute(ex_19_2, {"exact": True}, ex_19_2_wrong, "solve 1.96 * sqrt(p (1 - p) / n) = 0.01 for n, then round up"),
+    "19.3": Compute(ex_19_3, {"exact": True}, ex_19_3_wrong,
+                    "the same answer in both orders means slot A once and slot B once"),
 }
 
 ANSWERS_FILE = HERE / "answers.json"
