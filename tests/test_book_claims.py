@@ -510,3 +510,87 @@ def test_the_lora_formula_counts_what_peft_trains(heads, kv_heads, r):
         model = LlamaForCausalLM(config)
     lora = get_peft_model(model, LoraConfig(**{**names["LORA"], "r": r}))
     assert lora.get_nb_trainable_parameters()[0] == names["lora_parameters"](config, r=r)
+# ------------------------------------------------------------------ Part VII: quantisation and evaluation
+QUANTISATION, EVALUATION, SCALE_ARITHMETIC = "17_quantisation.ipynb", "18_evaluation.ipynb", "10_scale_arithmetic.ipynb"
+
+
+def _function(code: str, name: str) -> str:
+    (node,) = [n for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and n.name == name]
+    return ast.dump(node)
+
+
+def test_qlora_memory_uses_the_formulas_of_scale_arithmetic_and_the_llama_shapes():
+    ten, eighteen = page(SCALE_ARITHMETIC), page(QUANTISATION)
+    ten_code = "\n".join(c.source for c in ten.cells if c.cell_type == "code")
+    qlora = source(eighteen, "p18-qlora")
+    for name in ("adam_bytes", "finetune_bytes"):  # the same accounting, so the two chapters' numbers agree
+        assert _function(qlora, name) == _function(ten_code, name), f"{name} differs from the scale chapter's"
+    says(" ".join(ten_code.split()), r"bytes_4bit = 4 / 8 \+ 4 / BLOCK")
+    glued, alts = run(qlora.replace("\n".join(source(eighteen, "p18-qlora-fig").splitlines()), ""),
+                      np=__import__("numpy"), plt=plt)
+    # the hand count of Llama 2 7B is the count of the Hugging Face model of that shape
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.device("meta"):
+        llama = LlamaForCausalLM(LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                             num_attention_heads=32, vocab_size=32000, tie_word_embeddings=False))
+    total = sum(p.numel() for p in llama.parameters())
+    assert glued["p18_7b_total"] == f"{total:,d}"
+    lora = 32 * 64 * sum(m.in_features + m.out_features for n, m in llama.named_modules()
+                         if isinstance(m, torch.nn.Linear) and ".layers.0." in n)
+    assert glued["p18_7b_lora"] == f"{lora:,d}"
+    # QLoRA's constants: 32-bit per 64 weights is 0.5 bit, double quantisation 8/64 + 32/(64*256) bits
+    assert glued["p18_nf4_bits"] == 4.5 and glued["p18_nf4dq_bits"] == f"{4 + 8 / 64 + 32 / (64 * 256):.3f}"
+    full = 16 * total
+    assert math.isclose(glued["p18_gb_full"], full / 1e9)
+    # a trained adapter weight: 16-bit gradient, 32-bit master copy, two 32-bit Adam averages
+    assert math.isclose(glued["p18_gb_qlora"], (total * (4 + 8 / 64 + 32 / (64 * 256)) / 8 + 14 * lora) / 1e9)
+
+
+def test_absmax_moves_no_weight_by_more_than_half_a_step_and_groups_confine_an_outlier():
+    ns = {"torch": torch}
+    exec(compile(source(page(QUANTISATION), "p18-quantise"), "<p18-quantise>", "exec"), ns)
+    torch.manual_seed(0)
+    w = torch.randn(32, 128)
+    for bits in (8, 4):
+        for group in (None, 16, 64):
+            q, scale = ns["quantise"](w, bits, group)
+            assert q.abs().max() <= 2 ** (bits - 1) - 1
+            rows = w.reshape(-1, group) if group else w.reshape(1, -1)
+            assert ((rows - q.float() * scale).abs() <= scale / 2 + 1e-6).all()
+    w_out = w.clone()
+    w_out[0, 0] = 10 * w.abs().max()
+    rest = torch.ones_like(w, dtype=torch.bool)
+    rest[0, 0] = False
+    per_tensor = ns["relative_error"](w_out[rest], ns["round_trip"](w_out, 4)[rest])
+    by_groups = ns["relative_error"](w_out[rest], ns["round_trip"](w_out, 4, 64)[rest])
+    assert per_tensor > 3 * by_groups
+    # 4 bits a weight plus one 32-bit scale a group
+    assert ns["stored_bytes"](4096, 4, 64) == 4096 / 2 + 64 * 4 and ns["stored_bytes"](4096, 8) == 4096 + 4
+
+
+def test_evaluation_page_concludes_only_what_its_numbers_show():
+    np = pytest.importorskip("numpy")
+    nb = page(EVALUATION)
+    text = prose(nb)
+    for name in ("p19_widening_says", "p19_cont_says", "p19_position_says"):
+        says(text, r"\{glue:text\}`" + name + "`")
+    # contamination: overlapping articles far easier than any random clean set, or just like them
+    n_items, overlapping = 200, [3, 50, 120, 199]
+    n_tokens = np.full(n_items, 50.0)
+    rng = np.random.default_rng(1)
+    for easier, verdict in ((2.0, "a sign that the overlap helps"), (0.0, "no effect of the overlap can be seen")):
+        nll = 50 * (4.3 + 0.05 * rng.standard_normal(n_items))
+        nll[overlapping] -= 50 * easier
+        glued, _ = run(source(nb, "p19-cont-loss"), np=np, nll=nll, n_tokens=n_tokens, contaminated=overlapping,
+                       test_texts=[""] * n_items, SCALE=1)
+        assert verdict in glued["p19_cont_says"], glued["p19_cont_says"]
+    # position: a bias is claimed only when the whole interval of the difference is on one side of zero
+    position = picked(source(nb, "p19-position"), {"p19_position_says"})
+    assert run(position, gap_lo=0.05, gap_hi=0.2)[0]["p19_position_says"].startswith("a position bias")
+    assert run(position, gap_lo=-0.2, gap_hi=-0.05)[0]["p19_position_says"].endswith("second slot")
+    assert run(position, gap_lo=-0.05, gap_hi=0.2)[0]["p19_position_says"].startswith("no position bias")
+    # the bootstrap is compared with the binomial interval in words chosen from the ratio
+    widening = picked(source(nb, "p19-interval"), {"p19_widening_says"})
+    assert run(widening, widening=1.5)[0]["p19_widening_says"] == "1.5 times as wide as"
+    assert run(widening, widening=1.0)[0]["p19_widening_says"] == "about as wide as"

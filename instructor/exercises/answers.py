@@ -515,15 +515,66 @@ def ex_16_3_wrong() -> float:
 def ex_16_4() -> float:
     """The upper end of the Wilson score interval."""
     p, n, z = RIGHT_16 / N_16, N_16, Z_16
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre + half
+    shrink = 1 + z ** 2 / n  # the interval is centred between p and 1/2, and narrowed by this
+    middle = p + z ** 2 / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + (z / (2 * n)) ** 2)
+    return (middle + spread) / shrink
 
 
 def ex_16_4_wrong() -> float:
     """The normal-approximation (Wald) interval p + 1.96 sqrt(p(1 - p)/n)."""
     p = RIGHT_16 / N_16
     return p + Z_16 * math.sqrt(p * (1 - p) / N_16)
+
+# ---------------------------------------------------------------------------------------------
+# Smaller and cheaper: quantisation
+# ---------------------------------------------------------------------------------------------
+
+def ex_17_2() -> float:
+    """Bytes of a 4096 x 4096 int4 matrix in groups of 128, one 16-bit scale per group."""
+    n = 4096 * 4096
+    return n * 4 / 8 + (n // 128) * 2
+
+
+def ex_17_2_wrong() -> float:
+    """The integers alone, without the scales."""
+    return 4096 * 4096 * 4 / 8
+
+
+def ex_17_3() -> float:
+    """Bits per weight: 4, an 8-bit constant per 128 weights, a 32-bit one per 256 constants."""
+    return 4 + 8 / 128 + 32 / (128 * 256)
+
+
+def ex_17_3_wrong() -> float:
+    """Forgetting the second level of constants."""
+    return 4 + 8 / 128
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------
+
+def ex_18_2() -> float:
+    """Items for a 95% half-width of one point at accuracy 0.8: n = (1.96 / 0.01)^2 p (1 - p)."""
+    return math.ceil(1.96 ** 2 * 0.8 * 0.2 / 0.01 ** 2)
+
+
+def ex_18_2_wrong() -> float:
+    """The rule of thumb 2 sigma instead of 1.96 sigma."""
+    return math.ceil(2 ** 2 * 0.8 * 0.2 / 0.01 ** 2)
+
+
+def ex_18_3() -> float:
+    """Pairs judged the same in both orders: one A and one B verdict each, so as many as the B verdicts."""
+    verdicts = 2 * 600
+    return verdicts - round(0.71 * verdicts)
+
+
+def ex_18_3_wrong() -> float:
+    """Counting the pairs with two equal letters (A, A) as consistent."""
+    return 600 - ex_18_3()
 
 
 EXERCISES: dict[str, Compute] = {
@@ -556,6 +607,12 @@ EXERCISES: dict[str, Compute] = {
                     "r (d_in + d_out) for each of the seven matrices of a layer; k and v map 576 to 192"),
     "16.4": Compute(ex_16_4, {"rel": 0.002}, ex_16_4_wrong,
                     "the Wilson centre (p + z²/2n)/(1 + z²/n) plus its half-width, not p ± 1.96 sqrt(p(1-p)/n)"),
+    "17.2": Compute(ex_17_2, {"exact": True}, ex_17_2_wrong, "half a byte per weight, plus one scale for every group"),
+    "17.3": Compute(ex_17_3, {"abs": 0.0002}, ex_17_3_wrong,
+                    "4 bits, plus a share of an 8-bit constant, plus a share of a 32-bit one"),
+    "18.2": Compute(ex_18_2, {"exact": True}, ex_18_2_wrong, "solve 1.96 * sqrt(p (1 - p) / n) = 0.01 for n, then round up"),
+    "18.3": Compute(ex_18_3, {"exact": True}, ex_18_3_wrong,
+                    "the same answer in both orders means slot A once and slot B once"),
 }
 
 ANSWERS_FILE = HERE / "answers.json"
