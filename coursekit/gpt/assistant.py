@@ -85,7 +85,8 @@ class AssistantConfig:
 
 
 @dataclass
-class BaseSettings:
+class _Schedule:
+    """What both training runs share: AdamW with warm-up and a cosine decay to ``min_lr``."""
     steps: int = 500
     batch_size: int = 16
     lr: float = 3e-3
@@ -94,23 +95,24 @@ class BaseSettings:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
-    eval_every: int = 100
-    eval_batches: int = 4
     num_threads: int | None = 1
 
 
 @dataclass
-class ChatSettings:
+class BaseSettings(_Schedule):
+    eval_every: int = 100
+    eval_batches: int = 4
+
+
+@dataclass
+class ChatSettings(_Schedule):
     steps: int = 350
     batch_size: int = 32
     lr: float = 2e-3
     min_lr: float = 1e-4
     warmup: int = 20
     weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    seed: int = 0
     n_train: int | None = None    # instruction pairs used (None: all)
-    num_threads: int | None = 1
 
 
 # ---------------------------------------------------------------------------------------
