@@ -413,6 +413,22 @@ def _describe(what, model, config, history, source) -> str:
             f"context {config.context} tokens, {n:,d} parameters{tail}")
 
 
+def _cached(folder: Path, key: str, device, retrain: bool, verbose: bool, train, what: str):
+    """``(model, tokenizer, history, source)``: from ``folder`` when a model was cached there
+    (unless ``retrain``), else from ``train()``, then cached; a read-only cache leaves it uncached."""
+    loaded = None if retrain else _load(folder, device)
+    if loaded is not None:
+        model, tok, meta = loaded
+        return model, tok, meta["history"], "cache"
+    model, tok, history = train()
+    try:
+        _save(model, tok, folder, {"key": key, "history": history})
+    except OSError as err:  # e.g. the read-only cache of a grading sandbox
+        if verbose:
+            print(f"(the {what} was not cached: {err})")
+    return model.to(device), tok, history, "trained"
+
+
 def load_or_train_base(device=None, verbose=True, retrain=False, config: AssistantConfig | None = None,
                        settings: BaseSettings | None = None, cache_dir=None):
     """The pre-trained base model: ``(model, tokenizer, info)``, loaded from the cache when the
@@ -424,22 +440,15 @@ def load_or_train_base(device=None, verbose=True, retrain=False, config: Assista
     corpus = ag_news_corpus()
     key = _key("base", {"config": asdict(config), "train": asdict(settings)}, corpus)
     folder = cache_root(cache_dir, "assistant") / f"base-{key}"
-    loaded = None if retrain else _load(folder, device)
-    if loaded is not None:
-        model, tok, meta = loaded
-        history, source = meta["history"], "cache"
-    else:
-        source = "trained"
+
+    def train():
         if verbose:
             print(f"training the offline base model ({settings.steps} steps; cached afterwards in {folder})")
         tok = make_tokenizer(corpus["train"], config.vocab_size, config.context)
         model, history = _train_base(config, settings, corpus, tok, print if verbose else None)
-        try:
-            _save(model, tok, folder, {"key": key, "history": history})
-        except OSError as err:  # a read-only cache: use the model uncached
-            if verbose:
-                print(f"(the trained model was not cached: {err})")
-        model = model.to(device)
+        return model, tok, history
+
+    model, tok, history, source = _cached(folder, key, device, retrain, verbose, train, "trained model")
     description = _describe("offline base model", model, config, history, source)
     if verbose:
         print(description)
@@ -460,23 +469,15 @@ def load_or_train_chat(device=None, verbose=True, retrain=False, config: Assista
     key = _key("chat", {"config": asdict(config), "base": asdict(base_settings), "train": asdict(settings),
                         "instructions": INSTRUCTIONS_VERSION}, corpus)
     folder = cache_root(cache_dir, "assistant") / f"chat-{key}"
-    loaded = None if retrain else _load(folder, device)
-    if loaded is not None:
-        model, tok, meta = loaded
-        history, source = meta["history"], "cache"
-    else:
-        source = "trained"
+
+    def train():
         model, tok, base = load_or_train_base("cpu", verbose, False, config, base_settings, cache_dir)
         if verbose:
             print(f"fine-tuning it on instructions ({settings.steps} steps; cached afterwards in {folder})")
         model, history = _train_chat(model, tok, config.context, settings, print if verbose else None)
-        history = {**history, "base": base["history"], "val_loss": base["history"]["val_loss"]}
-        try:
-            _save(model, tok, folder, {"key": key, "history": history})
-        except OSError as err:
-            if verbose:
-                print(f"(the fine-tuned model was not cached: {err})")
-        model = model.to(device)
+        return model, tok, {**history, "base": base["history"], "val_loss": base["history"]["val_loss"]}
+
+    model, tok, history, source = _cached(folder, key, device, retrain, verbose, train, "fine-tuned model")
     description = _describe("offline chat model", model, config, history, source) + \
         f", fine-tuned on {history['pairs']:,d} instructions"
     if verbose:
