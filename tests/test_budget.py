@@ -94,3 +94,30 @@ def test_a_tests_own_allocation_stops_at_the_memory_limit_which_is_then_put_back
     verdict, _ = _judge("_small = bytearray(10 << 20)\nassert _small is not None", FakeSession(),
                         Limits(seconds=60, items=10, mb=4, memory_mb=limit))
     assert verdict.passed
+
+
+class KilledSession(FakeSession):
+    """A kernel that ignores the interrupt at a request's deadline: the session kills it."""
+
+    def request(self, payload, timeout, on_callback):
+        from autograder.judge.kernel import KernelKilled
+        self.timeouts.append(timeout)
+        time.sleep(timeout)
+        raise KernelKilled(f"the student's code ran longer than {timeout:g} s and did not stop when "
+                           "interrupted; its kernel was killed")
+
+
+def test_a_kernel_killed_at_the_tests_deadline_fails_the_test_even_when_a_warning_swallows_it():
+    """The kill that follows an ignored interrupt at the test's deadline is the test's time limit,
+    not a kernel the student ended: a visible test whose ``warn_only`` block turns a dead kernel into
+    a warning still fails, with the time limit's reason (seen on a loaded CI machine)."""
+    from coursekit.selfcheck import warn_only
+    code = "with warn_only():\n    for _ in range(20):\n        pull()\nassert True"
+    budget = TestBudget(KilledSession(), Limits(seconds=1, items=1000, mb=4, memory_mb=0))
+    ns = {"pull": lambda: budget.request("payload", 30.0, None), "warn_only": warn_only}
+    verdict = judge_cell(code, "t", ns, budget)
+    assert (verdict.passed, verdict.message) == (False, "stopped: the test ran longer than 1 s"), verdict
+    # killed at the cell's own (shorter) limit, the death is the student's: a warning, as before
+    budget = TestBudget(KilledSession(), Limits(seconds=60, items=1000, mb=4, memory_mb=0))
+    ns = {"pull": lambda: budget.request("payload", 0.2, None), "warn_only": warn_only}
+    assert judge_cell(code, "t", ns, budget).passed

@@ -36,6 +36,7 @@ from coursekit.remote.client import callback_error
 from coursekit.remote.codec import RemoteTimeout
 
 from autograder.course.model import Grading
+from autograder.judge.kernel import KernelKilled
 
 _DEFAULTS = Grading()
 # a request is made only while this much room is left under the memory limit: the largest
@@ -154,8 +155,8 @@ class TestBudget:
         self.in_request = True
         try:
             header, blob = self._session.request(payload, max(0.1, min(timeout, left)), counted)
-        except RemoteTimeout:
-            if bounded:
+        except (RemoteTimeout, KernelKilled):
+            if bounded:  # the test's own clock set this request's limit (the session is dead if killed)
                 self._fail(why)
             raise
         finally:

@@ -41,6 +41,11 @@ class KernelDied(RuntimeError):
     student_caused = True  # coursekit.selfcheck.warn_only turns it into a warning
 
 
+class KernelKilled(KernelDied):
+    """The kernel did not stop when interrupted at a time limit, and was killed: the limit's
+    doing (``TestBudget`` counts it as the test's timeout when the test's clock set the limit)."""
+
+
 # ---------------------------------------------------------------------------------------
 # The kernel
 # ---------------------------------------------------------------------------------------
@@ -358,8 +363,8 @@ class KernelSession:
         for chan, msg in self._messages(msg_id, watch):
             if chan == "event":
                 if msg == "killed":
-                    raise KernelDied(f"the student's code ran longer than {timeout:g} s and did not stop when "
-                                     "interrupted; its kernel was killed")
+                    raise KernelKilled(f"the student's code ran longer than {timeout:g} s and did not stop when "
+                                       "interrupted; its kernel was killed")
                 if msg == "dead":
                     raise KernelDied("the kernel died while the student's code ran")
                 continue
