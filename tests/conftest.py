@@ -229,7 +229,7 @@ BOOK_GROUP_MODULES = {"test_book_build.py", "test_book_browser.py", "test_publis
 # Units start in this order (the book group first): a long module left for the end would keep
 # one worker busy while the other idles.  The slowest modules, from `--durations=0`; a stale
 # list costs only time.
-SLOW_FIRST = ["test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
+SLOW_FIRST = ["test_colab.py", "test_colab_grading.py", "test_colab_previous.py", "test_scale.py", "test_record_writer.py", "test_record_full_disk.py", "test_finetune.py", "test_release.py", "test_arithmetic_assignments.py",
               "test_modern_decoder.py", "test_post_training.py", "test_tamper.py", "test_autograde.py",
               "test_concepts_lab.py", "test_llm_backends.py", "test_record_killed.py"]
 
@@ -279,7 +279,7 @@ TIERS = {
                     "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py", "test_post_training.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py",
              "test_instructor_book.py", "test_handgrade_browser.py"},
-    "scale": {"test_scale.py", "test_record_writer.py"},
+    "scale": {"test_scale.py", "test_record_writer.py", "test_record_full_disk.py"},
     "colab": {"test_colab.py", "test_colab_previous.py", "test_colab_grading.py", "test_compat.py"},
 }
 

@@ -185,6 +185,27 @@ def remove_dead_staging(grading: Path) -> None:
             continue
 
 
+def copy_tree(source: Path, target: Path) -> None:
+    """``shutil.copytree``, except that a file that cannot be written raises its own OSError
+    (a full disk stays ENOSPC, and says so in one line: ``disk_line``), where copytree would go
+    on and end with one ``shutil.Error`` listing every failed file as text."""
+    failed: list[OSError] = []
+
+    def copy(src, dst):
+        try:
+            return shutil.copy2(src, dst)
+        except OSError as exc:
+            failed.append(exc)
+            raise
+
+    try:
+        shutil.copytree(source, target, copy_function=copy)
+    except shutil.Error:
+        if failed:
+            raise failed[0] from None
+        raise
+
+
 def disk_line(exc: OSError, where: Path, what: str) -> str:
     """One line for a write that failed (a full disk, above all): what happened and what did not."""
     why = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -222,7 +243,7 @@ class FileChanges:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fault("archive")
                 tmp = _tmp_name(target)
-                shutil.copytree(folder, tmp)
+                copy_tree(folder, tmp)
                 os.replace(tmp, target)
 
     def _staged(self) -> Path:
@@ -237,7 +258,7 @@ class FileChanges:
         if folder is not None:
             staged = self._staged()
             fault("stage")
-            shutil.copytree(folder, staged)
+            copy_tree(folder, staged)
         self.ops.append({"target": self._rel(target), "new": self._rel(staged) if staged else None})
 
     def put_files(self, target: Path, files: dict | None) -> None:
