@@ -511,7 +511,7 @@ def test_the_lora_formula_counts_what_peft_trains(heads, kv_heads, r):
     lora = get_peft_model(model, LoraConfig(**{**names["LORA"], "r": r}))
     assert lora.get_nb_trainable_parameters()[0] == names["lora_parameters"](config, r=r)
 # ------------------------------------------------------------------ Part VII: quantisation and evaluation
-QUANTISATION, EVALUATION, SCALE_ARITHMETIC = "17_quantisation.ipynb", "18_evaluation.ipynb", "10_scale_arithmetic.ipynb"
+QUANTISATION, EVALUATION, SCALE_ARITHMETIC = "18_quantisation.ipynb", "19_evaluation.ipynb", "10_scale_arithmetic.ipynb"
 
 
 def _function(code: str, name: str) -> str:
@@ -594,3 +594,71 @@ def test_evaluation_page_concludes_only_what_its_numbers_show():
     widening = picked(source(nb, "p19-interval"), {"p19_widening_says"})
     assert run(widening, widening=1.5)[0]["p19_widening_says"] == "1.5 times as wide as"
     assert run(widening, widening=1.0)[0]["p19_widening_says"] == "about as wide as"
+
+
+# ------------------------------------------------------------------ Part VII: preference tuning
+PREFERENCE = "17_preference_tuning.ipynb"
+
+
+def dpo_cell() -> dict:
+    ns = {"torch": torch, "F": torch.nn.functional, "A": __import__("coursekit.gpt.assistant", fromlist=["_"])}
+    exec(compile(source(page(PREFERENCE), "p17-dpo"), "<p17-dpo>", "exec"), ns)
+    return ns
+
+
+class _Logits(torch.nn.Module):
+    """A stand-in language model: logits that depend on the token and its position, nothing else."""
+
+    def __init__(self, vocab=11):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, vocab)
+        self.pos = torch.nn.Embedding(32, vocab)
+
+    def forward(self, input_ids, attention_mask=None):
+        positions = torch.arange(input_ids.shape[1])
+        return type("Out", (), {"logits": self.emb(input_ids) + self.pos(positions)})()
+
+
+def test_the_dpo_loss_is_the_papers_formula_on_answer_tokens_only():
+    ns = dpo_cell()
+    torch.manual_seed(0)
+    pw, pl, rw, rl = (torch.randn(6) for _ in range(4))
+    for beta in (0.1, 0.5, 2.0):
+        loss, margin = ns["dpo_loss"](pw, pl, rw, rl, beta)
+        expected = torch.log1p(torch.exp(-beta * ((pw - rw) - (pl - rl))))  # -log sigmoid, written out
+        assert torch.allclose(loss, expected.mean(), atol=1e-6)
+        assert torch.allclose(margin, beta * ((pw - rw) - (pl - rl)), atol=1e-6)
+    # the loss falls when the policy raises the preferred answer, rises when it raises the other
+    assert ns["dpo_loss"](pw + 0.1, pl, rw, rl, 0.5)[0] < ns["dpo_loss"](pw, pl, rw, rl, 0.5)[0]
+    assert ns["dpo_loss"](pw, pl + 0.1, rw, rl, 0.5)[0] > ns["dpo_loss"](pw, pl, rw, rl, 0.5)[0]
+    # log pi(answer | prompt): the answer's tokens, each predicted from the position before it
+    model = _Logits()
+    ids = torch.tensor([[1, 2, 3, 4, 5, 0, 0], [6, 7, 8, 9, 2, 3, 4]])
+    labels = torch.tensor([[-100, -100, -100, 4, 5, -100, -100], [-100, -100, -100, -100, 2, 3, -100]])
+    mask = (torch.arange(7) < torch.tensor([[5], [7]])).long()
+    with torch.no_grad():
+        got = ns["sequence_logprob"](model, ids, labels, mask)
+        logp = torch.log_softmax(model(ids).logits, -1)
+    by_hand = [logp[0, 2, 4] + logp[0, 3, 5], logp[1, 3, 2] + logp[1, 4, 3]]
+    assert torch.allclose(got, torch.stack(by_hand), atol=1e-6)
+
+
+def test_preference_page_concludes_only_what_its_numbers_show():
+    pd = pytest.importorskip("pandas")
+    nb = page(PREFERENCE)
+    text = prose(nb)
+    for name in ("p17_beta_says", "p17_ba_says"):
+        says(text, r"\{glue:text\}`" + name + "`")
+    # before and after: a difference is claimed only when the two Wilson intervals do not overlap
+    verdict = picked(source(nb, "p17-before-after"), {"p17_ba_says"})
+    accuracy = lambda lo, hi: {"interval": (lo, hi)}  # noqa: E731
+    says_ = lambda b, a: run(verdict, before=b, after=a)[0]["p17_ba_says"]  # noqa: E731
+    assert "better" in says_(accuracy(0.30, 0.50), accuracy(0.55, 0.75))
+    assert "worse" in says_(accuracy(0.55, 0.75), accuracy(0.30, 0.50))
+    assert says_(accuracy(0.30, 0.50), accuracy(0.45, 0.65)).startswith("the intervals overlap")
+    # beta: an ordering of the KL is claimed only when the runs are ordered, in the direction they are
+    ordering = picked(source(nb, "p17-run"), {"kl_falls", "kl_rises", "p17_beta_says"})
+    end = lambda kl: pd.DataFrame({"kl": kl}, index=[0.1, 0.5, 2.0])  # noqa: E731
+    assert run(ordering, end=end([0.9, 0.4, 0.1]))[0]["p17_beta_says"].startswith("the larger β, the smaller")
+    assert "against the usual" in run(ordering, end=end([0.1, 0.4, 0.9]))[0]["p17_beta_says"]
+    assert "no ordering" in run(ordering, end=end([0.4, 0.9, 0.1]))[0]["p17_beta_says"]

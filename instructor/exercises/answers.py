@@ -527,26 +527,47 @@ def ex_16_4_wrong() -> float:
     return p + Z_16 * math.sqrt(p * (1 - p) / N_16)
 
 # ---------------------------------------------------------------------------------------------
+# Preference tuning: DPO
+# ---------------------------------------------------------------------------------------------
+
+PAIR_17 = dict(policy_w=-4.37, policy_l=-6.12, ref_w=-4.90, ref_l=-5.48, beta=0.2)
+
+
+def ex_17_3() -> float:
+    """-log sigmoid(beta [(log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l))]), in nats."""
+    p = PAIR_17
+    margin = p["beta"] * ((p["policy_w"] - p["ref_w"]) - (p["policy_l"] - p["ref_l"]))
+    return math.log1p(math.exp(-margin))  # -log sigmoid(m) = log(1 + e^(-m))
+
+
+def ex_17_3_wrong() -> float:
+    """Leaving beta out of the margin."""
+    p = PAIR_17
+    margin = (p["policy_w"] - p["ref_w"]) - (p["policy_l"] - p["ref_l"])
+    return math.log1p(math.exp(-margin))
+
+
+# ---------------------------------------------------------------------------------------------
 # Smaller and cheaper: quantisation
 # ---------------------------------------------------------------------------------------------
 
-def ex_17_2() -> float:
+def ex_18_2() -> float:
     """Bytes of a 4096 x 4096 int4 matrix in groups of 128, one 16-bit scale per group."""
     n = 4096 * 4096
     return n * 4 / 8 + (n // 128) * 2
 
 
-def ex_17_2_wrong() -> float:
+def ex_18_2_wrong() -> float:
     """The integers alone, without the scales."""
     return 4096 * 4096 * 4 / 8
 
 
-def ex_17_3() -> float:
+def ex_18_3() -> float:
     """Bits per weight: 4, an 8-bit constant per 128 weights, a 32-bit one per 256 constants."""
     return 4 + 8 / 128 + 32 / (128 * 256)
 
 
-def ex_17_3_wrong() -> float:
+def ex_18_3_wrong() -> float:
     """Forgetting the second level of constants."""
     return 4 + 8 / 128
 
@@ -556,25 +577,25 @@ def ex_17_3_wrong() -> float:
 # Evaluation
 # ---------------------------------------------------------------------------------------------
 
-def ex_18_2() -> float:
+def ex_19_2() -> float:
     """Items for a 95% half-width of one point at accuracy 0.8: n = (1.96 / 0.01)^2 p (1 - p)."""
     return math.ceil(1.96 ** 2 * 0.8 * 0.2 / 0.01 ** 2)
 
 
-def ex_18_2_wrong() -> float:
+def ex_19_2_wrong() -> float:
     """The rule of thumb 2 sigma instead of 1.96 sigma."""
     return math.ceil(2 ** 2 * 0.8 * 0.2 / 0.01 ** 2)
 
 
-def ex_18_3() -> float:
+def ex_19_3() -> float:
     """Pairs judged the same in both orders: one A and one B verdict each, so as many as the B verdicts."""
     verdicts = 2 * 600
     return verdicts - round(0.71 * verdicts)
 
 
-def ex_18_3_wrong() -> float:
+def ex_19_3_wrong() -> float:
     """Counting the pairs with two equal letters (A, A) as consistent."""
-    return 600 - ex_18_3()
+    return 600 - ex_19_3()
 
 
 EXERCISES: dict[str, Compute] = {
@@ -607,11 +628,13 @@ EXERCISES: dict[str, Compute] = {
                     "r (d_in + d_out) for each of the seven matrices of a layer; k and v map 576 to 192"),
     "16.4": Compute(ex_16_4, {"rel": 0.002}, ex_16_4_wrong,
                     "the Wilson centre (p + z²/2n)/(1 + z²/n) plus its half-width, not p ± 1.96 sqrt(p(1-p)/n)"),
-    "17.2": Compute(ex_17_2, {"exact": True}, ex_17_2_wrong, "half a byte per weight, plus one scale for every group"),
-    "17.3": Compute(ex_17_3, {"abs": 0.0002}, ex_17_3_wrong,
+    "17.3": Compute(ex_17_3, {"rel": 0.002}, ex_17_3_wrong,
+                    "beta times the difference of the two log-ratios, then -log sigmoid of it"),
+    "18.2": Compute(ex_18_2, {"exact": True}, ex_18_2_wrong, "half a byte per weight, plus one scale for every group"),
+    "18.3": Compute(ex_18_3, {"abs": 0.0002}, ex_18_3_wrong,
                     "4 bits, plus a share of an 8-bit constant, plus a share of a 32-bit one"),
-    "18.2": Compute(ex_18_2, {"exact": True}, ex_18_2_wrong, "solve 1.96 * sqrt(p (1 - p) / n) = 0.01 for n, then round up"),
-    "18.3": Compute(ex_18_3, {"exact": True}, ex_18_3_wrong,
+    "19.2": Compute(ex_19_2, {"exact": True}, ex_19_2_wrong, "solve 1.96 * sqrt(p (1 - p) / n) = 0.01 for n, then round up"),
+    "19.3": Compute(ex_19_3, {"exact": True}, ex_19_3_wrong,
                     "the same answer in both orders means slot A once and slot B once"),
 }
 
