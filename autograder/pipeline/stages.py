@@ -25,7 +25,7 @@ from autograder.records.files import FileChanges, disk_line, replacing
 from . import tamper
 from .intake import (IntakeError, Submission, colliding_names, collision_reason, read_submission,
                      student_id_from_name)
-from .records import Report, Result
+from .results import Report, Result
 from .repair import repair
 from .screen import screen_assignment
 
