@@ -184,9 +184,7 @@ def _cmd_export(args) -> int:
             result = export(args.assignment, grading, out, rel.nb, spec.lms_column, spec.canvas_id,
                             feedback=not args.no_feedback, root=ROOT, missing=args.missing)
         except OSError as exc:  # a full disk: the files of before stay, whole
-            from autograder.records.files import disk_line
-
-            raise CliError(disk_line(exc, out, "the exports are as they were")) from None
+            raise _disk_error(exc, out, "the exports are as they were") from None
     graded = [r for r in result.rows if r.status == "graded"]
     pending = sum(1 for r in graded if r.pending)
     print(f"{len(result.rows)} students: {len(graded)} graded ({pending} with written answers awaiting a grader), "
@@ -253,24 +251,24 @@ def _rebuild(args):
 
 def _rebuilt(args, what: str) -> None:
     """``_rebuild`` after a change reached the record; a full disk is one line saying so."""
-    from autograder.records.files import disk_line
-
     try:
         _rebuild(args)
     except OSError as exc:
-        raise CliError(disk_line(exc, _grading_dir(args).resolve() / "reports" / args.assignment,
-                                 f"{what} is in the class record, with its files; the exports are as they were: "
-                                 f"python -m autograder export {args.assignment} writes them")) from None
+        raise _disk_error(exc, _grading_dir(args).resolve() / "reports" / args.assignment,
+                          f"{what} is in the class record, with its files; the exports are as they were: "
+                          f"python -m autograder export {args.assignment} writes them") from None
 
 
-def _disk_error(exc: BaseException, args) -> CliError | None:
+def _disk_error(exc: BaseException, where: Path, what: str) -> CliError | None:
+    """The one line for a write that failed in ``where`` (a full disk, above all: a file's
+    OSError, or the database's "disk is full"), saying ``what`` stayed as it was; None for
+    any other error."""
     from autograder.records.files import disk_line
 
     if isinstance(exc, OSError):
-        return CliError(disk_line(exc, _grading_dir(args).resolve(), "nothing of the class record changed"))
+        return CliError(disk_line(exc, where, what))
     if "disk is full" in str(exc):
-        return CliError(f"the gradebook could not be written ({str(exc).splitlines()[0]}): nothing of the "
-                        "class record changed")
+        return CliError(f"the gradebook could not be written ({str(exc).splitlines()[0]}): {what}")
     return None
 
 
@@ -292,7 +290,7 @@ def _cmd_undo(args) -> int:
                 FileChanges(grading, args.assignment, undo_id, "undo").discard()
                 if isinstance(exc, RecordError):
                     raise CliError(str(exc)) from None
-                raise _disk_error(exc, args) or exc
+                raise _disk_error(exc, grading, "nothing of the class record changed") or exc
             staged[0].apply()
         _rebuilt(args, f"the undo (run {undo_id[:8]})")
     print(f"undid run(s) {', '.join(str(r.seq) for r in undone)} of {args.assignment}: the class record is as it was "
@@ -337,7 +335,7 @@ def _remove(args, url: str) -> int:
             run_id, changes = commit(url, change, run_id=run_id)
         except Exception as exc:  # noqa: BLE001 - nothing reached the record: nothing staged stays
             FileChanges(grading, args.assignment, run_id, "remove").discard()
-            raise _disk_error(exc, args) or exc
+            raise _disk_error(exc, grading, "nothing of the class record changed") or exc
         staged.apply()
     _rebuilt(args, f"the removal (run {run_id[:8]})")
     what = "students (from the roster and their submissions)" if args.from_roster else "submissions"

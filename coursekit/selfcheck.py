@@ -34,7 +34,7 @@ _current: dict[str, str] = {}
 from .remote import LocalStudent
 from .runtime import environment_problem
 
-__all__ = ["use_assignment", "check", "handin_report", "load_spec", "student", "warn_only", "Report"]
+__all__ = ["use_assignment", "check", "handin_report", "load_spec", "student", "warn_only", "CheckReport"]
 
 # how test cells call the notebook's code (see coursekit.remote): in the notebook, directly
 student = LocalStudent()
@@ -190,7 +190,7 @@ class warn_only:
 # ---------------------------------------------------------------------------------------
 
 @dataclass
-class Outcome:
+class CheckOutcome:
     question: str
     grade_id: str
     points: float
@@ -244,7 +244,7 @@ class _Context:
         self.origins: dict = spec.get("origins", {})      # name -> {"questions", "via"}
         self.status: dict[str, str] = {}                   # question -> pass / fail / unanswered
 
-    def note(self, outcome: Outcome) -> None:
+    def note(self, outcome: CheckOutcome) -> None:
         old = self.status.get(outcome.question, "pass")
         order = ["pass", "fail", "runtime", "unanswered"]
         self.status[outcome.question] = max(old, outcome.status, key=order.index)
@@ -349,8 +349,8 @@ def _quiet():
                 undo()
 
 
-def _run_test(test: dict, ns: dict, ctx: _Context) -> Outcome:
-    out = Outcome(test["question"], test["grade_id"], test.get("points", 0), _description(test), "pass")
+def _run_test(test: dict, ns: dict, ctx: _Context) -> CheckOutcome:
+    out = CheckOutcome(test["question"], test["grade_id"], test.get("points", 0), _description(test), "pass")
     code = compile(test["source"], f"<check {test['grade_id']}>", "exec")
     _collectors.append(out.warnings)
     _running.append((test["question"], ctx.answers))
@@ -384,21 +384,21 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-class Report:
+class CheckReport:
     """What check() found. True when every visible test passed without a warning.
 
     In a notebook the report shows nothing of its own (check() has printed it already), so a
     cell ending in ``check()`` gets no ``Out[]`` line."""
 
-    def __init__(self, assignment: str, spec: dict, outcomes: list[Outcome], hidden: list[dict]):
+    def __init__(self, assignment: str, spec: dict, outcomes: list[CheckOutcome], hidden: list[dict]):
         self.assignment, self.spec, self.outcomes, self.hidden = assignment, spec, outcomes, hidden
 
     @property
-    def failed(self) -> list[Outcome]:
+    def failed(self) -> list[CheckOutcome]:
         return [o for o in self.outcomes if not o.passed]
 
     @property
-    def warned(self) -> list[Outcome]:
+    def warned(self) -> list[CheckOutcome]:
         return [o for o in self.outcomes if o.warnings]
 
     @property
@@ -468,11 +468,11 @@ class Report:
 
 
 def check(question: str | None = None, *, assignment: str | None = None,
-          namespace: dict | None = None, quiet: bool = False) -> Report:
+          namespace: dict | None = None, quiet: bool = False) -> CheckReport:
     """Run the visible tests of ``question`` (e.g. "q1"), or of every question.
 
     Prints one line per test (and per warning), lists the hidden tests under their
-    question, and returns a :class:`Report` that is true when every visible test passed
+    question, and returns a :class:`CheckReport` that is true when every visible test passed
     without a warning.  Nothing the tests run prints anything (no progress bars)."""
     name = assignment or _current.get("assignment")
     if not name:
@@ -493,7 +493,7 @@ def check(question: str | None = None, *, assignment: str | None = None,
                 outcome = _run_test(t, ns, ctx)
                 ctx.note(outcome)
                 outcomes.append(outcome)
-    report = Report(name, spec, outcomes, [t for t in tests if t["hidden"]])
+    report = CheckReport(name, spec, outcomes, [t for t in tests if t["hidden"]])
     if not quiet:
         print("\n".join(report.lines()))
     return report
@@ -591,7 +591,7 @@ def _label_list(items: list[dict]) -> str:
 class HandinReport:
     """What handin_report() found: true when the notebook is ready to hand in."""
 
-    def __init__(self, ready: bool, verdict: str, checks: Report | None):
+    def __init__(self, ready: bool, verdict: str, checks: CheckReport | None):
         self.ready, self.verdict, self.checks = ready, verdict, checks
 
     def __bool__(self) -> bool:

@@ -17,22 +17,41 @@ The outcome of a submission, in this order:
   * a notebook whose every answer cell is still as released (nbgrader's checksum) scores 0;
   * ``lose``: {text: [grade_id, ...]} -- a notebook with ``text`` in a cell scores 0 on those
     tests; every other test gets its full points.  A written answer waits for a grader, unless
-    it is still as released: then it scores 0, as nbgrader scores it.
+    it is still as released: then it scores 0, as nbgrader scores it;
+  * a mark ``# fake: code=C score=S`` in a cell (``submission(C, S)`` writes one) gives every test
+    that fraction ``S`` of its points, and the feedback page shows the mark, so that a test can
+    tell whose files a student has (tests/test_record_crash.py, tests/test_record_writer.py).
+
+A command run in a child process is judged by the fake too when the child calls ``install()``
+first (``DRIVER`` below), as the tests that kill a command half way through do.
 """
 from __future__ import annotations
 
 import html
+import re
 import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.utils import compute_checksum
 
+import autograder.backends as backends
+from autograder.course.paths import nbgrader_env
+from autograder.course.settings import environ
 from autograder.isolation.sandbox import SandboxInfo
 from autograder.judge.worker import Outcome
 
+RELEASED_ATTENTION = Path(__file__).resolve().parent.parent / "exercises" / "attention" / "attention.ipynb"
+
 FAKE_NOTE = "judged by the test's fake backend"
+MARK = re.compile(r"# fake: code=(?P<code>\S+) score=(?P<score>[0-9.]+)")
+# ``python -c DRIVER ARGS``: the command line ``python -m autograder ARGS``, judged by the fake
+# (the child needs tests/ on its PYTHONPATH)
+DRIVER = ("import sys, fakebackend; fakebackend.install(); from autograder.cli import main; "
+          "sys.exit(main(sys.argv[1:]))")
 
 
 @dataclass
@@ -48,11 +67,6 @@ class FakeBackend:
         return self.info, list(self.warnings)
 
     def judge(self, batch) -> dict[str, Outcome]:
-        from nbgrader.api import Gradebook
-
-        from autograder.course.paths import nbgrader_env
-        from autograder.course.settings import environ
-
         self.judged.append(sorted(batch.notebooks))
         self.batches.append(batch)
         folder = Path(batch.folder) / "fake"
@@ -71,12 +85,10 @@ class FakeBackend:
                     outcomes[sid] = Outcome(sid, False, cause=cause)
                     continue
                 lost = {gid for marker, gids in self.lose.items() if marker in text for gid in gids}
-                outcomes[sid] = self._graded(gb, batch, folder, db, sid, nb, lost)
+                outcomes[sid] = self._graded(gb, batch, folder, db, sid, nb, lost, MARK.search(text))
         return outcomes
 
-    def _graded(self, gb, batch, folder: Path, db: Path, sid: str, nb, lost: set) -> Outcome:
-        from nbgrader.api import MissingEntry
-
+    def _graded(self, gb, batch, folder: Path, db: Path, sid: str, nb, lost: set, mark) -> Outcome:
         if not any(s.id == sid for s in gb.students):
             gb.add_student(sid)
         try:  # the staging gradebook holds the class's earlier grades: a regrade starts afresh, as nbgrader's does
@@ -86,6 +98,7 @@ class FakeBackend:
         submission = gb.add_submission(batch.assignment, sid)
         unanswered = _unanswered(gb, batch, nb)
         untouched = bool(unanswered) and unanswered == _answer_ids(nb)
+        fraction = float(mark["score"]) if mark else 1.0
         for nb_row in submission.notebooks:
             for grade in nb_row.grades:
                 cell = grade.cell
@@ -93,7 +106,7 @@ class FakeBackend:
                     grade.auto_score = 0.0 if cell.name in unanswered else None
                     grade.needs_manual_grade = cell.name not in unanswered
                 else:
-                    grade.auto_score = 0.0 if cell.name in lost or untouched else float(cell.max_score)
+                    grade.auto_score = 0.0 if cell.name in lost or untouched else float(cell.max_score) * fraction
                     grade.needs_manual_grade = False
         gb.db.commit()
         autograded = folder / "autograded" / sid / batch.nb_name
@@ -102,7 +115,8 @@ class FakeBackend:
         feedback.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, autograded)
         late = " (late)" if sid in batch.late else ""
-        feedback.write_text(f"<html><body><p>{html.escape(sid)}{late}: {FAKE_NOTE}</p></body></html>\n")
+        marked = f" {html.escape(mark[0])}" if mark else ""
+        feedback.write_text(f"<html><body><p>{html.escape(sid)}{late}: {FAKE_NOTE}{marked}</p></body></html>\n")
         return Outcome(sid, True, notes=[], timings={"total": 0.0}, gradebook=db, autograded=autograded,
                        feedback=feedback)
 
@@ -120,9 +134,6 @@ def _answer_ids(nb) -> set:
 def _unanswered(gb, batch, nb) -> set:
     """The answer cells of ``nb`` still as released (nbgrader's test: the cell's checksum is the
     release's).  When every answer is, the notebook was handed in untouched: every test fails."""
-    from nbgrader.api import MissingEntry
-    from nbgrader.utils import compute_checksum
-
     name = Path(batch.nb_name).stem
     out = set()
     for cell in nb.cells:
@@ -138,10 +149,28 @@ def _unanswered(gb, batch, nb) -> set:
     return out
 
 
+def submission(code: str, score: float) -> bytes:
+    """attention as released, with an answer marked ``code`` and scoring the fraction ``score``
+    of every test (in the answer's source: cell metadata would not survive intake)."""
+    nb = nbformat.read(RELEASED_ATTENTION, as_version=4)
+    answer = next(c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source += f"\n# fake: code={code} score={score}\n"
+    return nbformat.writes(nb).encode()
+
+
+def install(monkeypatch=None, fake: FakeBackend | None = None) -> FakeBackend:
+    """Runs judged by ``fake`` (a plain FakeBackend when none): with ``monkeypatch``, until it
+    undoes its changes (a real grading later in the same process must not be faked); without,
+    for the rest of this process (a child process that runs one command, ``DRIVER``)."""
+    fake = fake if fake is not None else FakeBackend()
+    if monkeypatch is None:
+        backends.backend_for = lambda settings: fake
+    else:
+        monkeypatch.setattr(backends, "backend_for", lambda settings: fake)
+    return fake
+
+
 def use_fake_backend(monkeypatch, fake: FakeBackend) -> FakeBackend:
     """Every grading run of this test judges with ``fake`` (the seam: ``autograder.backends.backend_for``,
     which ``autograder.pipeline.run.open_run`` asks for the run's backend)."""
-    import autograder.backends as backends
-
-    monkeypatch.setattr(backends, "backend_for", lambda settings: fake)
-    return fake
+    return install(monkeypatch, fake)

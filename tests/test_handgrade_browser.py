@@ -1,6 +1,6 @@
 """Two tabs of a real browser on the hand-grading server (issue 34: a stale form never writes).
 
-project_aether is graded without kernels (``fake_record.FakeBackend``: the written answers wait
+project_aether is graded without kernels (``fakebackend.FakeBackend``: the written answers wait
 for a grader all the same).  Headless Debian ``chromium``, driven over the DevTools protocol
 (``test_book_browser.DevTools``), opens the same question in two tabs; tab 1 saves points and a
 comment, then tab 2, still showing the page as it was, saves other points: the page it gets back
@@ -20,7 +20,7 @@ import time
 import nbformat
 import pytest
 
-import fake_record
+import fakebackend
 from autograder.cli import main as cli
 from conftest import ROOT
 from test_book_browser import CHROMIUM, TIMEOUT, WIDTH, DevTools
@@ -129,7 +129,7 @@ def handgrading(tmp_path, monkeypatch):
     running, and a headless chromium (no network namespace: it must reach the server)."""
     from autograder.records.handgrade import HandGrading, make_server
 
-    fake_record.install(monkeypatch)
+    fakebackend.install(monkeypatch)
     monkeypatch.delenv("COURSE_FAULT", raising=False)
     grading = tmp_path / "grading"
     _grade(tmp_path / "first", grading, _answers(q1_answer="Encoders read the whole sentence at once.",

@@ -1,4 +1,4 @@
-"""The LLM lab on other backends (coursekit/llm.py), against real programs, not stand-ins.
+"""The LLM lab on other backends (coursekit/llm/), against real programs, not stand-ins.
 
 * ``openai``: the module starts ``transformers serve`` (the OpenAI-compatible server of the
   pinned transformers) on 127.0.0.1, serving the course's small GPT exported as a GPT-2

@@ -1,4 +1,4 @@
-"""How the LLM lab scores generated text (coursekit/llm.py and the lab's ``evaluate``).
+"""How the LLM lab scores generated text (coursekit/llm/ and the lab's ``evaluate``).
 
 A chat model's answer ends at its end-of-turn token: ``decode`` cuts everything after it off,
 so the log-prob per token must count only the tokens ``decode`` keeps. The model here is a

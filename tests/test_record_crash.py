@@ -10,7 +10,7 @@ written -- and the next command on the assignment completes or rolls back what i
 line saying which; and a full disk is injected at each write point (``COURSE_FAULT=<step>:enospc``,
 ``autograder.records.faults``): one line, and the record and the exports stay as they were.
 
-Nothing here starts a kernel: the submissions are judged by ``fake_record.FakeBackend``, whose
+Nothing here starts a kernel: the submissions are judged by ``fakebackend.FakeBackend``, whose
 feedback page shows each submission's own code, so that a test sees whose files a student has.
 """
 from __future__ import annotations
@@ -25,13 +25,12 @@ from pathlib import Path
 
 import pytest
 
-import fake_record
+import fakebackend
 from autograder.cli import main as cli
 from autograder.records import classrecord
 from conftest import ROOT
 
-DRIVER = ("import sys, fake_record; fake_record.install(); from autograder.cli import main; "
-          "sys.exit(main(sys.argv[1:]))")
+DRIVER = fakebackend.DRIVER
 
 
 def _state(grading: Path, exports: bool = True) -> dict:
@@ -63,7 +62,7 @@ def _code(grading: Path, sid: str) -> str:
     """Whose submission the student's graded notebook and feedback page are ('-' when none)."""
     page = grading / "feedback" / sid / "attention" / "attention.html"
     nb = grading / "autograded" / sid / "attention" / "attention.ipynb"
-    codes = {fake_record.MARK.search(p.read_text())["code"] if p.exists() else "-" for p in (page, nb)}
+    codes = {fakebackend.MARK.search(p.read_text())["code"] if p.exists() else "-" for p in (page, nb)}
     assert len(codes) == 1, f"{sid}'s graded notebook and feedback page are of different submissions: {codes}"
     return codes.pop()
 
@@ -77,7 +76,7 @@ def graded(tmp_path_factory):
     """A class graded once (s1 30, s2 15; s3 on the roster hands nothing in), and a second batch
     (s1 15, s2 30) to grade over it."""
     with pytest.MonkeyPatch.context() as mp:
-        fake_record.install(mp)
+        fakebackend.install(mp)
         return _grade_class(tmp_path_factory)
 
 
@@ -86,8 +85,8 @@ def _grade_class(tmp_path_factory) -> dict:
     first, second = tmp / "first", tmp / "second"
     first.mkdir(), second.mkdir()
     for sid, score in (("s1", 1.0), ("s2", 0.5)):
-        (first / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(f"{sid}-first", score))
-        (second / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(f"{sid}-second", 1.5 - score))
+        (first / f"{sid}_attention.ipynb").write_bytes(fakebackend.submission(f"{sid}-first", score))
+        (second / f"{sid}_attention.ipynb").write_bytes(fakebackend.submission(f"{sid}-second", 1.5 - score))
     (tmp / "roster.csv").write_text("student_id,lms_id,name\ns1,1001,Ann\ns2,1002,Bo\ns3,1003,Cy\n")
     grading = tmp / "grading"
     assert cli(["grade", "attention", str(first), "--grading-dir", str(grading), "--roster", str(tmp / "roster.csv")]) == 0
@@ -98,7 +97,7 @@ def _grade_class(tmp_path_factory) -> dict:
 @pytest.fixture
 def grading(graded, tmp_path, monkeypatch):
     """A copy of the graded class's folder, for a test that changes it."""
-    fake_record.install(monkeypatch)
+    fakebackend.install(monkeypatch)
     monkeypatch.delenv("COURSE_FAULT", raising=False)
     target = tmp_path / "grading"
     shutil.copytree(graded["grading"], target)
@@ -295,7 +294,7 @@ def aether_graded(tmp_path_factory):
                 cell.source = f"The answer of {sid} about decoder-only models."
         nbformat.write(nb, subs / f"{sid}_project_aether.ipynb")
     with pytest.MonkeyPatch.context() as mp:
-        fake_record.install(mp)
+        fakebackend.install(mp)
         mp.delenv("COURSE_FAULT", raising=False)
         assert cli(["grade", "project_aether", str(subs), "--grading-dir", str(tmp / "grading")]) == 0
     return tmp / "grading"

@@ -23,7 +23,7 @@ import pytest
 
 from autograder.cli import main as cli
 from autograder.records import writer
-import fake_record
+import fakebackend
 from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
 from test_scale import postgres  # noqa: F401 - the throwaway PostgreSQL server fixture
 
@@ -147,8 +147,7 @@ def test_two_grade_runs_started_together_lose_and_swap_no_grade(tmp_path, repeti
 
 # -------------------------------------------------------- many pairs, SQLite and PostgreSQL
 
-FAKE_DRIVER = ("import sys, fake_record; fake_record.install(); from autograder.cli import main; "
-               "sys.exit(main(sys.argv[1:]))")
+FAKE_DRIVER = fakebackend.DRIVER
 # pairs per database in the suite; the 20 of issue 34's check: COURSE_STRESS_PAIRS=20 pytest tests/test_record_writer.py -k pairs
 PAIRS = int(os.environ.get("COURSE_STRESS_PAIRS", "5"))
 
@@ -156,7 +155,7 @@ PAIRS = int(os.environ.get("COURSE_STRESS_PAIRS", "5"))
 def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, dict, list[str]]:
     """``pairs`` times, two ``grade`` runs of attention started together (--wait) on one grading
     folder whose record is ``url``, each with one new student, judged by the kernel-free fake of
-    tests/fake_record.py (a student ``sNNa`` scores 30, ``sNNb`` 15, and each graded notebook and
+    tests/fakebackend.py (a student ``sNNa`` scores 30, ``sNNb`` 15, and each graded notebook and
     feedback page carries its own student's id).  Returns grades.csv (student -> (status, total)),
     whose code each student's graded notebook and feedback page show, and every failed run's end."""
     grading = tmp / "grading"
@@ -170,7 +169,7 @@ def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, d
             sid = f"s{i:02d}{who}"
             folder = tmp / "batches" / sid
             folder.mkdir(parents=True)
-            (folder / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(sid, score))
+            (folder / f"{sid}_attention.ipynb").write_bytes(fakebackend.submission(sid, score))
             procs.append(subprocess.Popen(
                 [sys.executable, "-W", "ignore", "-c", FAKE_DRIVER, "grade", "attention", str(folder), "--wait",
                  "--grading-dir", str(grading), *db], cwd=ROOT, env=env,
@@ -185,7 +184,7 @@ def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, d
     for sid in rows:
         page = grading / "feedback" / sid / "attention" / "attention.html"
         graded = grading / "autograded" / sid / "attention" / "attention.ipynb"
-        codes[sid] = {fake_record.MARK.search(p.read_text())["code"] if p.exists() else "-" for p in (page, graded)}
+        codes[sid] = {fakebackend.MARK.search(p.read_text())["code"] if p.exists() else "-" for p in (page, graded)}
     return rows, codes, failed
 
 

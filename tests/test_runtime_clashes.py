@@ -177,8 +177,8 @@ def test_the_self_check_names_the_library_not_the_students_code(tmp_path, monkey
 
 def test_the_hand_in_verdict_does_not_blame_the_student():
     """A question the runtime broke is listed as not checked, not as failing."""
-    from coursekit.selfcheck import Outcome, Report
+    from coursekit.selfcheck import CheckOutcome, CheckReport
 
-    report = Report("x", {}, [Outcome("Q1", "t1", 5, "d", "runtime", "could not be checked: ...")], [])
+    report = CheckReport("x", {}, [CheckOutcome("Q1", "t1", 5, "d", "runtime", "could not be checked: ...")], [])
     assert report.problems() == ["Q1 could not be checked in this runtime (an incompatible package: see Q1 above)"]
     assert not report.passed

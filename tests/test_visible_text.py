@@ -94,7 +94,7 @@ def test_hand_grading_pages_show_bidi_controls():
 
 
 def test_the_grade_summary_shows_bidi_controls():
-    from autograder.pipeline.records import Report, Result
+    from autograder.pipeline.results import Report, Result
 
     report = Report("attention", results=[Result("s1", f"{RLO}x.ipynb", status="error",
                                                  message=f"not a notebook: gnp.{RLO}ipynb")])

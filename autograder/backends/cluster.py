@@ -128,7 +128,7 @@ def _scratch_base() -> Path:
 def prepare_models(models: list, env: dict) -> str:
     """Build the assignment's offline models into this worker's cache (a no-op when they are
     there).  Returns the cache folder."""
-    from autograder.course.models import warm_models
+    from autograder.course.offline_models import warm_models
     from coursekit.models import course_cache_dir
 
     with _LOCK:

@@ -27,7 +27,7 @@ from autograder.judge.worker import JOB_FILE, Job, Outcome
 
 
 @dataclass
-class Run:
+class WorkerRun:
     """One worker process: its job, what it printed, whether it ran past its limit."""
 
     job: Job
@@ -39,9 +39,9 @@ class Run:
 _RUNNING: set = set()  # the worker processes of this process, to stop them all on Ctrl-C
 
 
-def run_job(job: Job, timeout: float) -> Run:
+def run_job(job: Job, timeout: float) -> WorkerRun:
     """One process grades all of the job's students, then writes their feedback."""
-    run = Run(job)
+    run = WorkerRun(job)
     # each submission's own limit is enforced inside (JudgedExecute); this bounds the process:
     # start-up, nbgrader's own work and feedback, and a kernel's grace period after its limit
     timeout += 60 + 30 * len(job.students)
@@ -86,7 +86,7 @@ class LocalBackend:
                                {sid: nbformat.writes(batch.notebooks[sid]) for sid in share}, batch.gradebook,
                                batch.settings, threads, late=batch.late & set(share))
 
-        def run_all(jobs: list[Job], budget) -> list[Run]:
+        def run_all(jobs: list[Job], budget) -> list[WorkerRun]:
             ex = ThreadPoolExecutor(max_workers=max(1, len(jobs)))
             try:
                 return list(ex.map(lambda job: run_job(job, budget(job)), jobs))

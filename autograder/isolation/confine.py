@@ -13,6 +13,9 @@ starts:
   (the kernel's own), without creating anything there;
 * nothing else (the rest is read-only anyway).
 
+It also holds the kernel's resource limits (``limit_resources``: memory, the largest file, no
+core dumps), which both kinds of sandbox take from here.
+
 Self-contained (standard library and ``ctypes`` only): the zygote loads it inside its sandbox,
 where the grading package is not, and a plain bubblewrap sandbox runs it as the kernel's first
 command (``python course_confine.py RULES -- kernel command``).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import sys
 
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # the same on x86-64 and arm64
@@ -35,6 +39,17 @@ WRITE_FILE, REMOVE_DIR, REMOVE_FILE = 1 << 1, 1 << 4, 1 << 5
 MAKE_CHAR, MAKE_DIR, MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = (1 << n for n in range(6, 13))
 REFER, TRUNCATE = 1 << 13, 1 << 14      # Landlock ABI 2 and 3
 MAKE_ANY = MAKE_CHAR | MAKE_DIR | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_BLOCK | MAKE_SYM
+
+
+def limit_resources(memory_mb: int, file_mb: int, data_segment: bool = False) -> None:
+    """The kernel's resource limits, for this process and all it starts (inherited across exec):
+    ``memory_mb`` of address space (with ``data_segment``, of data segment instead: with a GPU,
+    because CUDA reserves far more address space than it uses), files of at most ``file_mb``,
+    no core dumps."""
+    memory = memory_mb << 20
+    resource.setrlimit(resource.RLIMIT_DATA if data_segment else resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 class _RulesetAttr(ctypes.Structure):

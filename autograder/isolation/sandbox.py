@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from pathlib import Path
 from autograder.course.model import Grading
 from autograder.course.settings import GradingSettings
 
+from .confine import limit_resources
 from .policy import CONN_INSIDE, ETC_FILES, SYSTEM_DIRS, Policy, kernel_policy
 
 KERNEL_NAME = "course-sandbox"
@@ -166,13 +166,9 @@ def confined(command: list[str], policy: Policy) -> list[str]:
 
 
 def set_limits(policy: Policy) -> None:
-    """The policy's resource limits, for this process and all it starts (inherited across exec):
-    memory (the address space; with the GPU the data segment, because CUDA reserves far more
-    address space than it uses), the largest file, no core dumps."""
-    memory = policy.memory_mb << 20
-    resource.setrlimit(resource.RLIMIT_DATA if policy.gpu else resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (policy.file_mb << 20, policy.file_mb << 20))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    """The policy's resource limits, for this process and all it starts (``confine.limit_resources``;
+    with the GPU the data segment is limited, not the address space)."""
+    limit_resources(policy.memory_mb, policy.file_mb, data_segment=policy.gpu)
 
 
 @dataclass

@@ -33,7 +33,6 @@ import ctypes
 import json
 import os
 import random
-import resource
 import select
 import signal
 import socket
@@ -201,11 +200,7 @@ def become_kernel(setup: dict, policy: dict, request: dict, ready_fd: int) -> No
                 _mount(path, path, None, MS_BIND | MS_REC)
                 _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | proc_flags)
         os.setsid()
-        memory = policy["memory_mb"] << 20
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        file_limit = policy["file_mb"] << 20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _confine_module().limit_resources(policy["memory_mb"], policy["file_mb"])  # no GPU in a zygote
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.closerange(3, ready_fd)

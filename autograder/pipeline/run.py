@@ -39,7 +39,7 @@ from autograder.records.writer import RecordBusy, writing
 
 from . import stages
 from .intake import student_id_from_name
-from .records import Report, Result
+from .results import Report, Result
 
 __all__ = ["grade", "GradingError", "student_id_from_name", "Report", "Result", "STAGES"]
 

@@ -25,7 +25,7 @@ from autograder.records.files import FileChanges, disk_line, replacing
 from . import tamper
 from .intake import (IntakeError, Submission, colliding_names, collision_reason, read_submission,
                      student_id_from_name)
-from .records import Report, Result
+from .results import Report, Result
 from .repair import repair
 from .screen import screen_assignment
 
@@ -270,7 +270,7 @@ def prepare(run, subs: list[Submission]) -> list[Submission]:
                            provenance=provenance(run.assignment, info))
     run.staging_gradebook = gradebook.staging_copy(run.url, run.folder / "release.db", run.assignment)
     if not run.settings.cluster:  # a cluster's workers build their own (backends.cluster)
-        from autograder.course.models import warm_models
+        from autograder.course.offline_models import warm_models
 
         warning = warm_models(run.settings.models, run.settings.env)
         if warning:
