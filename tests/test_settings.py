@@ -1,0 +1,119 @@
+"""One settings schema (``autograder.course.schema``): every grading setting declared once, from
+which course.yml is checked, ``GradingSettings`` is made and written into a worker's job file,
+and the kernel's launcher takes its limits.  No kernel: the job file and the kernelspec are
+written and read back, nothing is run."""
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import pytest
+import yaml
+
+from autograder.course import schema
+from autograder.course.model import CourseFileError, Grading, load, parse
+from autograder.course.settings import GradingSettings
+from conftest import ROOT
+
+BASE = {"title": "t", "repositories": {"student": {"name": "a/b"}, "instructor": {"name": "a/c"}},
+        "assignments": {"x": {"title": "X", "judge_context": ["imports"], "models": ["distilbert"]}}}
+
+
+def _other_value(s: schema.Setting):
+    """A value of ``s`` that is not its default (so that a setting lost on the way shows)."""
+    if s.type is dict:
+        return {"COURSE_PROFILE": "cpu"}
+    return s.default + 7 if s.default else 3
+
+
+def test_course_file_to_settings_to_job_file_and_back(tmp_path):
+    """Every setting course.yml may give reaches GradingSettings, its job file and the kernel's
+    launcher, and comes back from the job file as it went in."""
+    from autograder.judge.worker import Job
+
+    given = {s.name: _other_value(s) for s in schema.IN_COURSE_FILE}
+    text = yaml.safe_dump({**BASE, "assignments": {"x": {**BASE["assignments"]["x"], "grading": given}}})
+    course = parse(yaml.safe_load(text), ROOT)
+    settings = GradingSettings.for_assignment(course.assignment("x"), workers=2, sandbox="off", max_restarts=1)
+    for s in schema.IN_COURSE_FILE:
+        assert getattr(settings, s.name) == given[s.name], s.name
+    assert (settings.judge_context, settings.models) == (("imports",), ("distilbert",))
+    gradebook = tmp_path / "gradebook.db"
+    gradebook.write_bytes(b"")
+    Job.prepare(tmp_path / "job", "x", "x.ipynb", {}, gradebook, settings)
+    back = Job.load(tmp_path / "job" / "job.json").settings
+    assert back == settings and isinstance(back.judge_context, tuple)
+    argv = json.loads((tmp_path / "job" / "jupyter" / "kernels" / "course-sandbox" / "kernel.json").read_text())["argv"]
+    for s in schema.KERNEL:  # the kernel's limits are the run's
+        assert f"{s.flag}={given[s.name]}" in argv, s.name
+
+
+def test_the_schema_declares_every_field_of_the_settings_once():
+    names = [s.name for s in schema.SETTINGS]
+    assert len(names) == len(set(names))
+    assert [f.name for f in fields(GradingSettings)] == [s.name for s in schema.TRAVELLING]
+    assert [f.name for f in fields(Grading)] == [s.name for s in schema.IN_COURSE_FILE]
+    assert GradingSettings() == GradingSettings(**{s.name: s.default for s in schema.TRAVELLING})
+    for s in schema.SETTINGS:
+        assert len(s.help) > 10, f"{s.name}: its help"
+    # the course file's own values are within the schema's rules
+    course = load(ROOT)
+    for a in course.assignments:
+        GradingSettings.for_assignment(a)
+
+
+@pytest.mark.parametrize("where, key, near", [
+    ("grading", "test_timout", "test_timeout"),
+    ("grading", "memory", "memory_mb"),
+    ("assignments.x.grading", "cell_timeot", "cell_timeout"),
+    ("assignments.x.grading", "workers", None),   # a run's setting, not the course file's
+])
+def test_an_unknown_key_is_refused_naming_it_and_the_nearest_one(where, key, near):
+    data = json.loads(json.dumps(BASE))
+    if where == "grading":
+        data["grading"] = {key: 5}
+    else:
+        data["assignments"]["x"]["grading"] = {key: 5}
+    with pytest.raises(CourseFileError) as err:
+        parse(data, ROOT)
+    line = str(err.value)
+    assert "\n" not in line and f"unknown key {key!r} in {where}" in line, line
+    if near:
+        assert f"did you mean {near!r}?" in line, line
+    else:
+        assert "cell_timeout" in line and "'workers'" not in line.split("(", 1)[1], line
+
+
+def test_a_misspelt_key_elsewhere_names_the_nearest_one():
+    with pytest.raises(CourseFileError, match=r"unknown key 'judge_contxt' in assignments\.x "
+                                              r"\(did you mean 'judge_context'\?\)"):
+        parse({**BASE, "assignments": {"x": {"title": "X", "judge_contxt": []}}}, ROOT)
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("memory_mb", "8G", "grading.memory_mb must be a whole number (int), not str '8G'"),
+    ("cell_timeout", True, "grading.cell_timeout must be a whole number (int), not bool"),
+    ("cell_timeout", 0, "grading.cell_timeout must be positive"),
+    ("test_memory_mb", -1, "grading.test_memory_mb must be 0 or more"),
+    ("env", ["COURSE_PROFILE=cpu"], "grading.env must be a mapping (KEY: value) (dict), not list"),
+    ("env", {"COURSE PROFILE": "cpu"}, "is not the name of an environment variable"),
+])
+def test_a_value_of_the_wrong_kind_names_the_key_and_the_type(key, value, expected):
+    with pytest.raises(CourseFileError) as err:
+        parse({**BASE, "grading": {key: value}}, ROOT)
+    assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_an_assignment_merges_its_environment_over_the_course_one():
+    course = parse({**BASE, "grading": {"env": {"A": "1", "B": "2"}, "test_memory_mb": 0},
+                    "assignments": {"x": {"title": "X", "grading": {"env": {"B": 3}, "tmp_mb": 64}}}}, ROOT)
+    g = course.assignment("x").grading
+    assert (g.env, g.test_memory_mb, g.tmp_mb) == ({"A": "1", "B": "3"}, 0, 64)
+
+
+def test_a_job_file_with_a_setting_the_schema_does_not_know_is_refused():
+    data = json.loads(GradingSettings().to_json())
+    with pytest.raises(schema.SettingError, match="unknown key 'cell_timout' .*did you mean 'cell_timeout'"):
+        GradingSettings.from_json(json.dumps({**data, "cell_timout": 3}))
+    with pytest.raises(schema.SettingError, match="the job's setting memory_mb must be a whole number"):
+        GradingSettings.from_json(json.dumps({**data, "memory_mb": "lots"}))
