@@ -117,3 +117,81 @@ def test_a_job_file_with_a_setting_the_schema_does_not_know_is_refused():
         GradingSettings.from_json(json.dumps({**data, "cell_timout": 3}))
     with pytest.raises(schema.SettingError, match="the job's setting memory_mb must be a whole number"):
         GradingSettings.from_json(json.dumps({**data, "memory_mb": "lots"}))
+
+
+# the command line: the flags of grade and export are made from the schema ----------------------
+def _options(command: str) -> dict:
+    """option string -> argparse action of a command of ``python -m autograder``."""
+    import argparse
+
+    from autograder.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {o: a for a in sub.choices[command]._actions for o in a.option_strings}
+
+
+def _commands() -> set:
+    import argparse
+
+    from autograder.cli import build_parser
+
+    return set(next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+def test_every_setting_a_person_gives_has_a_flag_with_its_help():
+    for s in schema.SETTINGS:
+        if not s.is_set_by_a_person:
+            assert s.flag is None, f"{s.name} is worked out by the run: no flag sets it"
+            continue
+        assert s.flag or s.no_flag, f"{s.name}: a flag, or why it has none"
+        for command in s.commands if s.flag else ():
+            action = _options(command).get(s.flag)
+            assert action is not None, f"{command} has no {s.flag}"
+            assert action.dest == s.name and s.help in action.help and "(default: " in action.help, s.name
+            assert action.choices == (list(s.choices) or None), s.name
+
+
+def test_the_documented_flags_are_still_there():
+    """The README and docs/GRADING.md name these flags: generated, they keep their names."""
+    grade, export = _options("grade"), _options("export")
+    assert {"--roster", "--missing", "--add-students", "--out", "--grading-dir", "--workers", "--sandbox",
+            "--memory-mb", "--cluster", "--db-url", "--cell-timeout", "--notebook-timeout", "--wait"} <= set(grade)
+    assert {"--grading-dir", "--out", "--no-feedback", "--missing", "--wait"} <= set(export)
+
+
+def test_the_commands_of_the_readme_and_the_docs_parse():
+    import re
+    import shlex
+
+    from autograder.cli import build_parser
+
+    seen = 0
+    for doc in ("README.md", "docs/GRADING.md"):
+        for line in (ROOT / doc).read_text().splitlines():
+            for m in re.finditer(r"python -m autograder ([^`#|)\"]+)", line):
+                words = shlex.split(m.group(1).strip().replace("[RUN]", "3"))
+                if not words or "..." in words or any(w.endswith("...") for w in words):
+                    continue
+                if len(words) == 1:  # a command named in prose: it exists
+                    assert words[0] in _commands(), f"{doc}: python -m autograder {words[0]}"
+                    continue
+                try:
+                    build_parser().parse_args(words)
+                except SystemExit as stop:  # --help exits 0, a wrong flag 2
+                    assert stop.code == 0, f"{doc}: python -m autograder {' '.join(words)}"
+                seen += 1
+    assert seen >= 10
+
+
+def test_the_flags_of_grade_reach_the_runs_settings():
+    from autograder.cli import _run_settings, build_parser
+
+    args = build_parser().parse_args(["grade", "finetune", "subs", "--cell-timeout", "7", "--test-mb", "9",
+                                      "--file-mb", "33", "--sandbox", "off", "--workers", "2",
+                                      "--max-restarts", "0", "--test-memory-mb", "0", "--missing", "blank"])
+    s = _run_settings(args)
+    course = load(ROOT).assignment("finetune").grading
+    assert (s.cell_timeout, s.test_mb, s.file_mb, s.sandbox, s.workers, s.max_restarts, s.test_memory_mb) == \
+        (7, 9, 33, "off", 2, 0, 0)
+    assert (s.notebook_timeout, s.memory_mb, s.env) == (course.notebook_timeout, course.memory_mb, course.env)
+    assert s.models == ("distilbert",)
