@@ -39,6 +39,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from coursekit import envvars
+
 from autograder.course import schema
 from autograder.course.settings import GradingSettings
 
@@ -326,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     # a probe or a zygote is started by the grader directly (and may inherit an outer Jupyter's)
     die_with_parent("JPY_PARENT_PID" if not (args.probe or args.zygote) else "")
     conn_dir = args.connection_file.resolve().parent
-    workdir = Path(os.environ.get("COURSE_SANDBOX_WORKDIR") or os.getcwd()).resolve()
+    workdir = Path(envvars.get("COURSE_SANDBOX_WORKDIR") or os.getcwd()).resolve()
     policy = kernel_policy(workdir, conn_dir, memory_mb=args.memory_mb, tmp_mb=args.tmp_mb, work_mb=args.work_mb,
                            file_mb=args.file_mb, gpu=args.gpu, threads=args.threads)
     set_limits(policy)
@@ -342,8 +344,8 @@ def main(argv: list[str] | None = None) -> None:
     kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", str(args.connection_file), *kernel_args]
     if args.probe:
         kernel_cmd = [sys.executable, "-c", PROBE]
-    copy = os.environ.get("COURSE_SANDBOX_COPY")
-    zygote = os.environ.get("COURSE_SANDBOX_ZYGOTE")
+    copy = envvars.get("COURSE_SANDBOX_COPY")
+    zygote = envvars.get("COURSE_SANDBOX_ZYGOTE")
     if zygote and not (args.no_bwrap or args.probe or args.gpu):
         from .zygote import launch_through
 
