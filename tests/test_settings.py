@@ -260,3 +260,41 @@ def test_the_table_in_grading_md_is_the_list():
     text = (ROOT / "docs" / "GRADING.md").read_text()
     block = text.split("<!-- env-variables:start -->\n", 1)[1].split("\n<!-- env-variables:end -->", 1)[0]
     assert block == table(), "docs/GRADING.md: paste the output of python -m coursekit.envvars"
+
+
+# plain nbgrader: nbgrader_config.py takes course.yml's limits ---------------------------------------
+def test_nbgrader_validate_takes_the_cell_limit_of_course_yml(tmp_path, capsys):
+    from traitlets.config import Config
+
+    from autograder.judge.nbconfig import configure
+
+    (tmp_path / "course.yml").write_text(yaml.safe_dump(
+        {**BASE, "grading": {"cell_timeout": 77},
+         "assignments": {"x": {"title": "X", "grading": {"cell_timeout": 99}}, "y": {"title": "Y"}}}))
+    for argv, expected in ([["nbgrader", "validate", "exercises/y/y.ipynb"], 77],
+                           [["nbgrader", "validate", "somewhere/x.ipynb"], 99],
+                           [["nbgrader", "formgrader"], 77]):
+        c = Config()
+        configure(c, root=tmp_path, grading_dir=tmp_path / "grading", argv=argv)
+        assert c.Execute.timeout == expected, argv
+    (tmp_path / "course.yml").write_text("grading: {cell_timout: 5}\n")  # broken: one line, the built-in limit
+    c = Config()
+    configure(c, root=tmp_path, grading_dir=tmp_path / "grading", argv=["nbgrader", "validate"])
+    assert c.Execute.timeout == schema.BY_NAME["cell_timeout"].default
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "course.yml" in err and "built-in limits" in err, err
+
+
+def test_plain_nbgrader_autograde_takes_the_assignments_settings_from_course_yml(monkeypatch):
+    """JudgedExecute without a job file (a plain ``nbgrader autograde``) takes the assignment's
+    settings from course.yml: its limits, environment and judge context."""
+    import autograder.isolation.sandbox as sandbox
+    from autograder.judge.execute import JudgedExecute
+
+    monkeypatch.setattr(sandbox, "bwrap_works", lambda: False)
+    ex = JudgedExecute()
+    ex._configure("finetune")
+    spec = load(ROOT).assignment("finetune")
+    assert (ex.timeout, ex.notebook_timeout, ex.kernel_env) == \
+        (spec.grading.cell_timeout, spec.grading.notebook_timeout, spec.grading.env)
+    assert ex.limits.memory_mb == spec.grading.test_memory_mb and ex.context == list(spec.judge_context)
