@@ -95,6 +95,11 @@ def _cmd_grade(args) -> int:
     if not _has_files(source):
         print(f"WARNING: {source} holds no files: nothing to grade", file=sys.stderr)
         return 1
+    from autograder.records.gradebook import replaced_url_note
+
+    note = replaced_url_note(_grading_dir(args).resolve(), args.db_url)  # a recorded one reused: the run says so
+    if note:
+        print(note, file=sys.stderr)
     try:
         report = grade(args.assignment, source, out_dir=args.out, grading_dir=args.grading_dir,
                        settings=_run_settings(args), roster=args.roster, db_url=args.db_url,
