@@ -22,7 +22,8 @@ class _Methods:
     def for_assignment(cls, assignment, **overrides) -> "GradingSettings":
         """The course file's settings for ``assignment``, with every override that is not None."""
         g = assignment.grading
-        base = cls(**{s.name: getattr(g, s.name) for s in schema.IN_COURSE_FILE},
+        base = cls(**{s.name: dict(getattr(g, s.name)) if s.type is dict else getattr(g, s.name)
+                      for s in schema.IN_COURSE_FILE},
                    judge_context=tuple(assignment.judge_context), models=tuple(assignment.models))
         return base.with_(**overrides)
 
