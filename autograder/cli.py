@@ -63,6 +63,17 @@ def _cmd_collect(args) -> int:
     return 0
 
 
+def _run_settings(args):
+    """The run's GradingSettings: the assignment's in course.yml, with every flag given
+    (the flags are the schema's: ``_setting_flags``)."""
+    from autograder.course import schema
+    from autograder.course.model import load
+    from autograder.course.settings import GradingSettings
+
+    given = {s.name: getattr(args, s.name) for s in schema.flags_of(args.command) if s.travels}
+    return GradingSettings.for_assignment(load(ROOT).assignment(args.assignment), **given)
+
+
 def _has_files(source: Path) -> bool:
     import zipfile
 
@@ -84,11 +95,14 @@ def _cmd_grade(args) -> int:
     if not _has_files(source):
         print(f"WARNING: {source} holds no files: nothing to grade", file=sys.stderr)
         return 1
+    from autograder.records.gradebook import replaced_url_note
+
+    note = replaced_url_note(_grading_dir(args).resolve(), args.db_url)  # a recorded one reused: the run says so
+    if note:
+        print(note, file=sys.stderr)
     try:
         report = grade(args.assignment, source, out_dir=args.out, grading_dir=args.grading_dir,
-                       cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
-                       workers=args.workers, use_sandbox=args.sandbox, memory_mb=args.memory_mb,
-                       roster=args.roster, cluster=args.cluster, db_url=args.db_url,
+                       settings=_run_settings(args), roster=args.roster, db_url=args.db_url,
                        add_students=args.add_students, missing=args.missing, wait=args.wait)
     except (ReleaseError, GradingError) as exc:
         raise CliError(str(exc)) from None
@@ -429,6 +443,39 @@ def _positive(kind: type):
     return parse
 
 
+def _at_least(minimum: int):
+    """An argparse type: a whole number of at least ``minimum`` (above zero: ``_positive``)."""
+    if minimum >= 1:
+        return _positive(int)
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number of {minimum} or more, not {text!r}")
+        return value
+    parse.__name__ = "int"
+    return parse
+
+
+def _setting_flags(p, command: str, limits) -> None:
+    """The flags of ``command`` that set grading settings, made from their declaration
+    (``autograder.course.schema``): name, type, choices and help.  Each defaults to None: not
+    given, the setting is course.yml's (or the schema's default)."""
+    from autograder.course import schema
+
+    for s in schema.flags_of(command):
+        if s.source == schema.COURSE:
+            default = limits(s.name)
+        else:
+            default = s.shown_default or s.default
+        kind = {"choices": list(s.choices)} if s.choices else \
+            {"type": _at_least(s.minimum if s.minimum is not None else 1)} if s.type is int else {}
+        p.add_argument(s.flag, dest=s.name, default=None, help=f"{s.help} (default: {default})", **kind)
+
+
 def _course_limits():
     """``limits(key)``: where a grading limit comes from, for the help: course.yml's course-wide value,
     or the built-in one while the course file cannot be read (the help still shows)."""
@@ -442,7 +489,8 @@ def _course_limits():
     return lambda key: f"{where}, {getattr(base, key)}; an assignment may set its own"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser, every command with its flags."""
     from autograder.pipeline.collect import MAX_FILE_BYTES, MAX_TOTAL_BYTES
 
     limits = _course_limits()
@@ -488,27 +536,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="CSV of the class (student_id, lms_id, ...), or Canvas's gradebook export, or Moodle's "
                         "participants or grades export: every student on it gets a row; kept for later runs "
                         "(default: the roster given before)")
-    p.add_argument("--missing", choices=["zero", "blank"], default=None, help="what canvas.csv and moodle.csv give a student of the class without a gradable file (no submission, " "or none that could be graded): zero (0) or blank (an empty cell, which the LMS leaves ungraded); " "default: what the last grade run was told, else zero")
     p.add_argument("--add-students", action="store_true",
                    help="add students who are not on the roster (by default their files are reported, not graded)")
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     _grading_dir_option(p)
-    p.add_argument("--workers", type=_positive(int), default=None, help="parallel graders (default: one per CPU core)")
-    p.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
-                   help="run student code in bubblewrap: auto (when it works, else warn), on, off")
-    p.add_argument("--memory-mb", type=_positive(int), default=None,
-                   help=f"memory limit per kernel (default: {limits('memory_mb')}): its address space, or its "
-                        "data segment when the kernels get the GPU")
-    p.add_argument("--cluster", default=None,
-                   help="a Dask scheduler address (tcp://host:8786) or scheduler file: grade on its workers "
-                        "(default: local worker processes)")
-    p.add_argument("--db-url", default=None,
-                   help="the gradebook's database, e.g. postgresql://grader@dbhost/course; recorded in the "
-                        "grading folder for later commands (default: grading/gradebook.db, SQLite)")
-    p.add_argument("--cell-timeout", type=_positive(int), default=None,
-                   help=f"seconds per cell (default: {limits('cell_timeout')})")
-    p.add_argument("--notebook-timeout", type=_positive(int), default=None,
-                   help=f"seconds per notebook (default: {limits('notebook_timeout')})")
+    _setting_flags(p, "grade", limits)
     _wait_option(p)
     p.set_defaults(func=_cmd_grade)
 
@@ -527,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     _grading_dir_option(p)
     p.add_argument("--out", type=Path, default=None, help="reports folder (default: grading/reports/ASSIGNMENT)")
     p.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback pages")
-    p.add_argument("--missing", choices=["zero", "blank"], default=None, help="what canvas.csv and moodle.csv give a student of the class without a gradable file (no submission, " "or none that could be graded): zero (0) or blank (an empty cell, which the LMS leaves ungraded); " "default: what the last grade run was told, else zero")
+    _setting_flags(p, "export", limits)
     _wait_option(p)
     p.set_defaults(func=_cmd_export)
 
@@ -572,7 +604,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strict", action="store_true", help="stop at any warning, as scripts/build.sh does")
     p.set_defaults(func=_cmd_instructor_book)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from autograder.text.visible import visible_output
 
     with visible_output():  # every line printed shows bidi controls (a name's U+202E) as <U+202E>

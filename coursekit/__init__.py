@@ -22,6 +22,7 @@ __all__ = ["REPO", "BRANCH", "REPO_URL", "get_device", "seed_everything", "setup
 # `python -m autograder release` writes coursekit/_course.py, and the notebooks' setup cells,
 # Colab links and the book's launch buttons, from the same file).
 from ._course import BRANCH, REPO
+from . import envvars
 from .runtime import install as _neutralise_known_clashes
 
 # Known clashes between the packages of the runtime (Colab's), neutralised in this process
@@ -52,7 +53,7 @@ def get_device(prefer: str | None = None):
     """The torch device to use: ``COURSE_DEVICE`` if set, else CUDA, MPS, CPU."""
     import torch
 
-    choice = prefer or os.environ.get("COURSE_DEVICE", "").strip().lower()
+    choice = prefer or envvars.get("COURSE_DEVICE", "").strip().lower()
     if choice:
         return torch.device(choice)
     if torch.cuda.is_available():

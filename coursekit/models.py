@@ -25,6 +25,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import envvars
+
 __all__ = [
     "ModelUnavailableError", "model_source", "hub_reachable", "course_cache_dir",
     "minilm_package_dir", "verify_minilm_weights", "offline_distilbert_dir",
@@ -55,7 +57,7 @@ class ModelUnavailableError(RuntimeError):
 
 def course_cache_dir() -> Path:
     """Base cache folder of the course: ``$COURSE_CACHE_DIR`` or ``~/.cache/transformers-course``."""
-    env = os.environ.get("COURSE_CACHE_DIR", "").strip()
+    env = envvars.get("COURSE_CACHE_DIR", "").strip()
     return Path(env).expanduser() if env else Path.home() / ".cache" / "transformers-course"
 
 
@@ -109,7 +111,7 @@ def model_source() -> str:
     ``COURSE_MODEL_SOURCE`` = ``hub`` or ``offline`` forces a source; ``auto`` (default)
     picks the hub when it is reachable.
     """
-    wanted = os.environ.get("COURSE_MODEL_SOURCE", "auto").strip().lower() or "auto"
+    wanted = envvars.get("COURSE_MODEL_SOURCE", "auto").strip().lower() or "auto"
     if wanted not in _SOURCES:
         raise ValueError(f"COURSE_MODEL_SOURCE={wanted!r}: use one of {', '.join(_SOURCES)}")
     if wanted == "auto":
@@ -382,7 +384,7 @@ def _head_note(loading_info: dict | None, fallback: str) -> str:
 
 def _hub_failed_in_auto(err: ModelUnavailableError) -> bool:
     """In ``auto`` mode a hub failure falls back to the offline weights, with a notice."""
-    wanted = os.environ.get("COURSE_MODEL_SOURCE", "auto").strip().lower() or "auto"
+    wanted = envvars.get("COURSE_MODEL_SOURCE", "auto").strip().lower() or "auto"
     if wanted != "auto":
         return False
     print(f"note: {err} -- using the offline all-MiniLM-L6-v2 instead")

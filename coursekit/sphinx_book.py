@@ -47,6 +47,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from . import envvars
+
 from docutils import nodes
 from myst_nb.core.render import MimeData, NbElementRenderer
 
@@ -59,7 +61,7 @@ PARTS = [ENTRY, "input", "output", "ui", "a11y", "adaptors", "sre"]
 
 def find_mathjax() -> Path | None:
     """The ``es5`` folder of an installed MathJax 3, or None."""
-    candidates = [os.environ.get("COURSE_MATHJAX_DIR", ""),
+    candidates = [envvars.get("COURSE_MATHJAX_DIR", ""),
                   str(Path(sys.prefix) / "share" / "mathjax" / "node_modules" / "mathjax" / "es5")]
     for candidate in candidates:
         if candidate and (Path(candidate) / ENTRY).is_file():

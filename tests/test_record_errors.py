@@ -105,3 +105,54 @@ def test_a_recorded_database_is_announced_when_it_is_reused(tmp_path):
     note = reused_url_note(grading)
     assert note and "db.example:5432/course" in note and "gradebook.url" in note and "--db-url" in note
     assert "s3cret" not in note
+
+
+def _recorded_elsewhere(recorded: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A fresh grading folder whose gradebook.url names a gradebook kept elsewhere (as an earlier
+    grade --db-url leaves it)."""
+    import shutil
+
+    from autograder.course.paths import GradingPaths
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(recorded / "gradebook.db", elsewhere / "book.db")
+    url = f"sqlite:///{elsewhere / 'book.db'}"
+    grading = tmp_path / "grading"
+    GradingPaths(grading).record_url(url)
+    return grading, url
+
+
+def test_export_says_once_which_recorded_database_it_reuses(recorded, tmp_path, capsys):
+    grading, url = _recorded_elsewhere(recorded, tmp_path)
+    assert cli(["export", "finetune", "--grading-dir", str(grading)]) == 2  # that gradebook knows attention only
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "nothing graded yet" in err[1], err
+    assert err[0] == f"gradebook: {url}, recorded in {grading / 'gradebook.url'} by an earlier --db-url " \
+                     "(give --db-url to use another)"
+
+
+def test_grade_says_which_recorded_database_it_reuses_or_replaces(recorded, tmp_path, monkeypatch, capsys):
+    """grade without --db-url on a folder with a recorded database names it in its summary; with
+    another --db-url it says which one it takes the place of."""
+    import nbformat
+
+    from conftest import filled_exercise
+    from fakebackend import FakeBackend, use_fake_backend
+
+    use_fake_backend(monkeypatch, FakeBackend())
+    grading, url = _recorded_elsewhere(recorded, tmp_path)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(filled_exercise("attention"), subs / "s1_attention.ipynb")
+    assert cli(["grade", "attention", str(subs), "--grading-dir", str(grading), "--workers", "1"]) == 0
+    out = capsys.readouterr()
+    note = f"gradebook: {url}, recorded in {grading / 'gradebook.url'} by an earlier --db-url"
+    assert (out.out + out.err).count(note) == 1, out
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert cli(["grade", "attention", str(subs), "--grading-dir", str(grading), "--workers", "1",
+                "--db-url", other]) == 0
+    out = capsys.readouterr()
+    assert f"gradebook: {other} from --db-url, in place of {url} recorded in {grading / 'gradebook.url'}" in out.err
+    assert note not in out.out + out.err
+    assert (grading / "gradebook.url").read_text().strip() == other

@@ -11,11 +11,13 @@ is one clear ``CourseFileError`` naming the key.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from autograder import ROOT, SOURCE_DIR
+
+from . import schema
 
 COURSE_FILE = "course.yml"
 MODEL_KINDS = ("distilbert", "roberta", "small_gpt", "offline_chat")
@@ -35,24 +37,11 @@ class Repository:
         return f"https://github.com/{self.name}"
 
 
-@dataclass(frozen=True)
-class Grading:
-    """How one assignment is graded (the CLI and the Colab grading notebook read this).  These
-    defaults are the course's, for what course.yml leaves out; every other place takes them
-    from here."""
-
-    cell_timeout: int = 300        # seconds per cell (and per request a test makes)
-    notebook_timeout: int = 1800   # seconds per notebook
-    memory_mb: int = 8192          # per kernel
-    tmp_mb: int = 512              # a kernel's /tmp and /dev/shm (memory)
-    work_mb: int = 512             # a kernel's working folder (memory)
-    file_mb: int = 512             # the largest file a kernel may write
-    # what one test may take (autograder.judge.budget), whatever the student's code hands it
-    test_timeout: int = 600        # seconds per test: its requests and its own arithmetic together
-    test_items: int = 10_000       # requests a test makes (and calls back to it)
-    test_mb: int = 1024            # MiB a test takes from the kernel, all its replies together
-    test_memory_mb: int = 2048     # MiB a test may add to the grading process's data segment
-    env: dict = field(default_factory=dict)
+# How one assignment is graded: what course.yml's grading section may say, with the course's
+# defaults for what it leaves out.  Its fields are declared once, in autograder.course.schema.
+Grading = schema.dataclass_of("Grading", schema.IN_COURSE_FILE, __name__,
+                              doc="How one assignment is graded (course.yml's grading section; "
+                                  "fields and defaults: autograder.course.schema).")
 
 
 @dataclass(frozen=True)
@@ -122,8 +111,7 @@ def _expect(value, kind, where: str):
 def _keys(mapping: dict, allowed: set[str], where: str) -> None:
     extra = sorted(set(mapping) - allowed)
     if extra:
-        raise CourseFileError(f"{COURSE_FILE}: unknown key {extra[0]!r} in {where} "
-                              f"(allowed: {', '.join(sorted(allowed))})")
+        raise CourseFileError(f"{COURSE_FILE}: {schema.unknown_key(extra[0], allowed, where)}")
 
 
 def _repo(data, where: str) -> Repository:
@@ -135,26 +123,11 @@ def _repo(data, where: str) -> Repository:
     return Repository(name, _expect(data.get("branch", "main"), str, f"{where}.branch"))
 
 
-_LIMITS = ("cell_timeout", "notebook_timeout", "memory_mb", "test_timeout", "test_items", "test_mb",
-           "test_memory_mb")
-
-
 def _grading(data, where: str, base: Grading) -> Grading:
-    if data is None:
-        return base
-    _expect(data, dict, where)
-    _keys(data, {*_LIMITS, "env"}, where)
-    out = base
-    for key in _LIMITS:
-        if key in data:
-            value = _expect(data[key], int, f"{where}.{key}")
-            if value < 0 or (value == 0 and key != "test_memory_mb"):  # 0 turns the memory limit off
-                raise CourseFileError(f"{COURSE_FILE}: {where}.{key} must be positive")
-            out = replace(out, **{key: value})
-    if "env" in data:
-        env = _expect(data["env"] or {}, dict, f"{where}.env")
-        out = replace(out, env={**base.env, **{str(k): str(v) for k, v in env.items()}})
-    return out
+    try:
+        return schema.read_grading(data, where, base)
+    except schema.SettingError as exc:
+        raise CourseFileError(f"{COURSE_FILE}: {exc}") from None
 
 
 def _str_list(data, where: str) -> tuple[str, ...]:

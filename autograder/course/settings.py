@@ -10,44 +10,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, fields, replace
 
-from .model import Grading
-
-_DEFAULTS = Grading()
+from . import schema
 
 
-@dataclass(frozen=True)
-class GradingSettings:
-    cell_timeout: int = _DEFAULTS.cell_timeout          # seconds per cell, and per request a test makes
-    notebook_timeout: int = _DEFAULTS.notebook_timeout  # seconds per notebook
-    memory_mb: int = _DEFAULTS.memory_mb
-    tmp_mb: int = _DEFAULTS.tmp_mb
-    work_mb: int = _DEFAULTS.work_mb
-    file_mb: int = _DEFAULTS.file_mb
-    test_timeout: int = _DEFAULTS.test_timeout        # seconds per test (autograder.judge.budget)
-    test_items: int = _DEFAULTS.test_items            # requests per test
-    test_mb: int = _DEFAULTS.test_mb                  # MiB of replies per test
-    test_memory_mb: int = _DEFAULTS.test_memory_mb    # MiB a test may add to the grading process's memory
-    workers: int = 0                 # 0: one per CPU core
-    sandbox: str = "auto"            # auto (bubblewrap when it works, else a warning), on, off
-    max_restarts: int = 4            # fresh kernels after a crash or an unstoppable cell
-    cluster: str | None = None       # a Dask scheduler address or scheduler file: grade there
-    env: dict = field(default_factory=dict)  # for the kernels and the judge (e.g. COURSE_PROFILE)
-    judge_context: tuple = ()        # grade ids of the released cells the judge runs before the tests
-    models: tuple = ()               # the offline models the assignment loads
-    # where the kernels run, once the run has checked it (see autograder.isolation.sandbox.check)
-    bwrap: bool = True
-    gpu: bool = False
-    provenance: str = ""             # the line every feedback page ends with
+class _Methods:
+    """What a GradingSettings can do; its fields are those of ``schema.TRAVELLING``."""
 
     @classmethod
     def for_assignment(cls, assignment, **overrides) -> "GradingSettings":
         """The course file's settings for ``assignment``, with every override that is not None."""
         g = assignment.grading
-        base = cls(cell_timeout=g.cell_timeout, notebook_timeout=g.notebook_timeout, memory_mb=g.memory_mb,
-                   tmp_mb=g.tmp_mb, work_mb=g.work_mb, file_mb=g.file_mb, test_timeout=g.test_timeout,
-                   test_items=g.test_items, test_mb=g.test_mb, test_memory_mb=g.test_memory_mb, env=dict(g.env),
+        base = cls(**{s.name: dict(getattr(g, s.name)) if s.type is dict else getattr(g, s.name)
+                      for s in schema.IN_COURSE_FILE},
                    judge_context=tuple(assignment.judge_context), models=tuple(assignment.models))
         return base.with_(**overrides)
 
@@ -63,14 +39,32 @@ class GradingSettings:
         return "cuda" if self.gpu else "cpu"
 
     def to_json(self) -> str:
+        """The settings as the job file holds them (every field, by name)."""
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "GradingSettings":
+        """The settings ``to_json`` wrote; a field that is not one of the schema's, or a value of
+        the wrong kind (a job file of another version of the grader), is one line naming it."""
         data = json.loads(text)
         known = {f.name for f in fields(cls)}
-        data = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
-        return cls(**data)
+        values = {}
+        for key, value in data.items():
+            if key not in known:
+                raise schema.SettingError(schema.unknown_key(key, known, "the grading settings of the job"))
+            s = schema.BY_NAME[key]
+            if s.type is tuple and isinstance(value, list):
+                value = tuple(value)
+            if value is not None or s.default is not None:
+                schema.check_value(replace(s, minimum=None, choices=()), value, f"the job's setting {key}")
+            values[key] = value
+        return cls(**values)
+
+
+GradingSettings = schema.dataclass_of(
+    "GradingSettings", schema.TRAVELLING, __name__, bases=(_Methods,),
+    doc="The run's settings, frozen: made once from course.yml and the command line "
+        "(``for_assignment``), handed whole to every worker (``to_json`` / ``from_json``).")
 
 
 def usable_cpus() -> int:

@@ -29,6 +29,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from coursekit import envvars
+
 CONN_INSIDE = "/.course-conn"   # where a kernel sees its connection folder (outside every tmpfs)
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # bound, or linked as on the host
 # /etc files the dynamic loader, locale, fonts and a few libraries read
@@ -87,7 +89,7 @@ def readable_paths() -> list[Path]:
 
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
              COURSE_ROOT / "coursekit", COURSE_ROOT / "data", course_cache_dir()}
-    paths |= {Path(p) for p in os.environ.get("COURSE_SANDBOX_READONLY", "").split(os.pathsep) if p.strip()}
+    paths |= {Path(p) for p in envvars.get("COURSE_SANDBOX_READONLY", "").split(os.pathsep) if p.strip()}
     # package folders on the grader's path beyond its own prefix: a virtual environment layered on
     # another one (Colab's grader venv on the runtime's packages) imports from both
     paths |= {Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")}

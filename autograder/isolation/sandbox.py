@@ -38,7 +38,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.course.model import Grading
+from coursekit import envvars
+
+from autograder.course import schema
 from autograder.course.settings import GradingSettings
 
 from .confine import limit_resources
@@ -225,7 +227,7 @@ def check(mode: str, memory_mb: int) -> tuple[SandboxInfo, list[str]]:
 _PROBED: dict = {}  # what probe() saw, per arguments and environment, in this process
 
 
-def probe(memory_mb: int = Grading().memory_mb, gpu: bool = False, use_bwrap: bool = True) -> dict:
+def probe(memory_mb: int = schema.BY_NAME["memory_mb"].default, gpu: bool = False, use_bwrap: bool = True) -> dict:
     """Run PROBE exactly as a kernel would run (same sandbox, same limits) and return what
     it saw: {"limits": {...}, "nvidia_nodes": [...], "cuda": bool, ...}.  Raises
     RuntimeError with the last line of its error output when Python cannot run there.
@@ -251,7 +253,7 @@ def _run_probe(memory_mb: int, gpu: bool, use_bwrap: bool) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def gpu_works_in_sandbox(memory_mb: int = Grading().memory_mb) -> bool:
+def gpu_works_in_sandbox(memory_mb: int = schema.BY_NAME["memory_mb"].default) -> bool:
     """True when this machine has an NVIDIA GPU and a kernel in the sandbox, under the
     memory limit, can compute on it with torch."""
     if not gpu_nodes() or not bwrap_works():
@@ -268,8 +270,7 @@ def install_kernelspec(jupyter_dir: Path, settings: GradingSettings, threads: in
     visible.  Returns the spec folder."""
     spec_dir = Path(jupyter_dir) / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "autograder.isolation.sandbox", f"--memory-mb={settings.memory_mb}",
-            f"--tmp-mb={settings.tmp_mb}", f"--work-mb={settings.work_mb}", f"--file-mb={settings.file_mb}"]
+    argv = [sys.executable, "-m", "autograder.isolation.sandbox", *schema.kernel_argv(settings)]
     if not settings.bwrap:
         argv.append("--no-bwrap")
     if threads:
@@ -303,12 +304,9 @@ def die_with_parent(parent_env: str = "JPY_PARENT_PID") -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    defaults = Grading()
     parser = argparse.ArgumentParser(prog="python -m autograder.isolation.sandbox")
-    parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb)
-    parser.add_argument("--tmp-mb", type=int, default=defaults.tmp_mb)
-    parser.add_argument("--work-mb", type=int, default=defaults.work_mb)
-    parser.add_argument("--file-mb", type=int, default=defaults.file_mb)
+    for s in schema.KERNEL:  # the kernel's limits (install_kernelspec writes them from the run's settings)
+        parser.add_argument(s.flag, dest=s.name, type=s.type, default=s.default, help=s.help)
     parser.add_argument("--no-bwrap", action="store_true")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--gpu", action="store_true", help="bind the NVIDIA device nodes into the sandbox")
@@ -326,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     # a probe or a zygote is started by the grader directly (and may inherit an outer Jupyter's)
     die_with_parent("JPY_PARENT_PID" if not (args.probe or args.zygote) else "")
     conn_dir = args.connection_file.resolve().parent
-    workdir = Path(os.environ.get("COURSE_SANDBOX_WORKDIR") or os.getcwd()).resolve()
+    workdir = Path(envvars.get("COURSE_SANDBOX_WORKDIR") or os.getcwd()).resolve()
     policy = kernel_policy(workdir, conn_dir, memory_mb=args.memory_mb, tmp_mb=args.tmp_mb, work_mb=args.work_mb,
                            file_mb=args.file_mb, gpu=args.gpu, threads=args.threads)
     set_limits(policy)
@@ -342,8 +340,8 @@ def main(argv: list[str] | None = None) -> None:
     kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", str(args.connection_file), *kernel_args]
     if args.probe:
         kernel_cmd = [sys.executable, "-c", PROBE]
-    copy = os.environ.get("COURSE_SANDBOX_COPY")
-    zygote = os.environ.get("COURSE_SANDBOX_ZYGOTE")
+    copy = envvars.get("COURSE_SANDBOX_COPY")
+    zygote = envvars.get("COURSE_SANDBOX_ZYGOTE")
     if zygote and not (args.no_bwrap or args.probe or args.gpu):
         from .zygote import launch_through
 

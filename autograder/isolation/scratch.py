@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from coursekit import envvars
+
 ENV = "COURSE_SCRATCH"          # the run's folder, handed to its worker processes
 PREFIX = "course-grading-"
 OWNER = "owner.pid"
@@ -90,7 +92,7 @@ def process_folder() -> Path:
     """Where this process puts connection folders and its zygote: the run's folder
     (``COURSE_SCRATCH``) when one was handed down, else a folder of this process's own,
     removed when it exits (and by a later run when it was killed)."""
-    given = os.environ.get(ENV)
+    given = envvars.get(ENV)
     if given and os.path.isdir(given):
         return Path(given)
     if "folder" not in _MINE or not _MINE["folder"].is_dir():

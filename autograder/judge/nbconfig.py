@@ -1,19 +1,37 @@
 """nbgrader configuration for this course (loaded by the root nbgrader_config.py).
 
-The course layout and nbgrader's preprocessor chains.  Limits are not set here: the grader's
-workers take them from the run's settings (``JudgedExecute.job``), and a plain ``nbgrader``
-command takes the course's own (``autograder.course.model.Grading``)."""
+The course layout and nbgrader's preprocessor chains.  The grader's workers take their limits
+from the run's settings (``JudgedExecute.job``); a plain ``nbgrader autograde`` takes the
+assignment's from course.yml (``JudgedExecute._configure``), and ``nbgrader validate`` runs each
+cell under course.yml's ``cell_timeout`` (that of the assignments whose notebooks it is given, else
+the course-wide one)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from autograder import RELEASE_DIR, ROOT, SOURCE_DIR
-from autograder.course.model import Grading
+from autograder.course.model import CourseFileError, Grading, load
 from autograder.course.paths import GradingPaths
 
 
-def configure(c, root: Path = ROOT, grading_dir: Path | None = None) -> None:
-    """Fill a traitlets Config ``c`` with the course layout and grading policy."""
+def cell_timeout(root: Path = ROOT, argv: list[str] | None = None) -> int:
+    """The cell limit of a plain ``nbgrader validate``: course.yml's, for the assignments whose
+    notebooks ``argv`` names (the longest of theirs), else the course-wide one.  A course file
+    that cannot be read is one line on stderr, and the built-in limit."""
+    try:
+        course = load(root)
+    except CourseFileError as exc:
+        print(f"nbgrader_config.py: {exc} (nbgrader runs with the built-in limits)", file=sys.stderr)
+        return Grading().cell_timeout
+    named = {Path(arg).stem for arg in (sys.argv if argv is None else argv)[1:] if arg.endswith(".ipynb")}
+    limits = [a.grading.cell_timeout for a in course.assignments if a.id in named]
+    return max(limits) if limits else course.grading.cell_timeout
+
+
+def configure(c, root: Path = ROOT, grading_dir: Path | None = None, argv: list[str] | None = None) -> None:
+    """Fill a traitlets Config ``c`` with the course layout and grading policy (``argv``: the
+    nbgrader command's, for the notebooks it is given)."""
     paths = GradingPaths.at(grading_dir, root)
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = "transformers-course"
@@ -32,7 +50,7 @@ def configure(c, root: Path = ROOT, grading_dir: Path | None = None) -> None:
 
     # nbgrader's own Execute (nbgrader validate): its 30 s default is too short for cells that
     # train a model on a CPU (jupyter/nbgrader#915)
-    c.Execute.timeout = Grading().cell_timeout
+    c.Execute.timeout = cell_timeout(root, argv)
     c.Execute.interrupt_on_timeout = True
     c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]
 

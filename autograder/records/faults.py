@@ -7,13 +7,15 @@ import errno
 import os
 import signal
 
+from coursekit import envvars
+
 FAULT_ENV = "COURSE_FAULT"
 
 
 def fault(step: str) -> None:
     """The fault a test asked for at ``step`` (``COURSE_FAULT=<step>:kill`` kills this process
     with SIGKILL there; ``<step>:enospc`` raises the OSError of a full disk); nothing otherwise."""
-    want = os.environ.get(FAULT_ENV)
+    want = envvars.get(FAULT_ENV)
     if not want:
         return
     name, _, what = want.rpartition(":")

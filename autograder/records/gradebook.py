@@ -149,6 +149,16 @@ def reused_url_note(grading) -> str | None:
             "(give --db-url to use another)")
 
 
+def replaced_url_note(grading, url: str | None) -> str | None:
+    """One line when ``--db-url`` names another database than the one an earlier ``--db-url``
+    recorded for the folder (the new one is recorded in its place), else None."""
+    recorded = GradingPaths(Path(grading)).recorded_url_file
+    if not url or recorded is None or recorded.read_text().strip() == url.strip():
+        return None
+    return (f"gradebook: {shown(url)} from --db-url, in place of {shown(recorded.read_text().strip())} "
+            f"recorded in {recorded}")
+
+
 def shown(url: str) -> str:
     """``url`` with its password hidden, for messages."""
     try:
