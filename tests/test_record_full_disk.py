@@ -8,7 +8,7 @@ fills wherever it happens to fill -- SQLite's journal, nbgrader's own files, a g
 CSV.  Whatever the size, a ``grade`` run ends in one line and exit 0 or 2, and the record is either
 as it was or holds the new run whole (each student's graded notebook and feedback page of one and
 the same submission); after the disk is made larger, ``export`` gives every student the grade the
-record holds.  Nothing here starts a kernel (``fake_record.FakeBackend``).
+record holds.  Nothing here starts a kernel (``fakebackend.FakeBackend``).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-import fake_record
+import fakebackend
 from autograder.cli import main as cli
 from conftest import ROOT
 
@@ -40,7 +40,7 @@ CHILD = textwrap.dedent(r'''
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
     grading = mnt / "grading"
     shutil.copytree(graded, grading)
-    driver = ("import sys, fake_record; fake_record.install(); from autograder.cli import main; "
+    driver = ("import sys, fake_record; fakebackend.install(); from autograder.cli import main; "
               "sys.exit(main(sys.argv[1:]))")
     mark = re.compile(r"# fake: code=(\S+)")
 
@@ -98,12 +98,12 @@ def graded(tmp_path_factory):
     first, second = tmp / "first", tmp / "second"
     first.mkdir(), second.mkdir()
     for sid, score in (("s1", 1.0), ("s2", 0.5)):
-        (first / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(f"{sid}-first", score))
-        (second / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(f"{sid}-second", 1.5 - score))
+        (first / f"{sid}_attention.ipynb").write_bytes(fakebackend.submission(f"{sid}-first", score))
+        (second / f"{sid}_attention.ipynb").write_bytes(fakebackend.submission(f"{sid}-second", 1.5 - score))
     (tmp / "roster.csv").write_text("student_id,lms_id,name\ns1,1001,Ann\ns2,1002,Bo\n")
     grading = tmp / "grading"
     with pytest.MonkeyPatch.context() as mp:
-        fake_record.install(mp)
+        fakebackend.install(mp)
         assert cli(["grade", "attention", str(first), "--grading-dir", str(grading),
                     "--roster", str(tmp / "roster.csv")]) == 0
     return {"tmp": tmp, "grading": grading, "second": second}
