@@ -40,7 +40,7 @@ CHILD = textwrap.dedent(r'''
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
     grading = mnt / "grading"
     shutil.copytree(graded, grading)
-    driver = ("import sys, fake_record; fakebackend.install(); from autograder.cli import main; "
+    driver = ("import sys, fakebackend; fakebackend.install(); from autograder.cli import main; "
               "sys.exit(main(sys.argv[1:]))")
     mark = re.compile(r"# fake: code=(\S+)")
 
