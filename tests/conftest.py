@@ -284,11 +284,19 @@ TIERS = {
 }
 
 
+# a test parametrised over the class record's database (tests/pg.py: ``db``) is in the module's
+# tier on SQLite and in `scale` on PostgreSQL, whose server it starts
+POSTGRESQL_CASE = re.compile(r"\[(?:.*-)?postgresql(?:-.*)?\]$")
+
+
 def tier_of(nodeid: str) -> str:
-    """The tier of a test: that of its module; the book's pages (nbval) are "book"."""
+    """The tier of a test: that of its module; the book's pages (nbval) are "book"; a test's
+    PostgreSQL case (``[postgresql]`` among its parameters) is "scale"."""
     path = nodeid.split("::", 1)[0]
     if path.startswith("book/"):
         return "book"
+    if POSTGRESQL_CASE.search(nodeid):
+        return "scale"
     return next((tier for tier, modules in TIERS.items() if Path(path).name in modules), "unlisted")
 
 

@@ -25,7 +25,7 @@ from autograder.cli import main as cli
 from autograder.records import writer
 import fake_record
 from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
-from test_scale import postgres  # noqa: F401 - the throwaway PostgreSQL server fixture
+from pg import postgres, postgres_server  # noqa: F401 - the throwaway PostgreSQL server's fixtures
 
 HOLD = """
 import sys, time
