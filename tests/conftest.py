@@ -279,7 +279,7 @@ TIERS = {
                     "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py", "test_post_training.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py",
              "test_instructor_book.py", "test_handgrade_browser.py"},
-    "scale": {"test_scale.py", "test_record_writer.py"},
+    "scale": {"test_scale.py", "test_record_writer.py", "test_record_cluster.py"},
     "colab": {"test_colab.py", "test_colab_previous.py", "test_colab_grading.py", "test_compat.py"},
 }
 

@@ -153,11 +153,13 @@ FAKE_DRIVER = ("import sys, fake_record; fake_record.install(); from autograder.
 PAIRS = int(os.environ.get("COURSE_STRESS_PAIRS", "5"))
 
 
-def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, dict, list[str]]:
+def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS, driver: str = FAKE_DRIVER,
+                       extra: tuple = ()) -> tuple[dict, dict, list[str]]:
     """``pairs`` times, two ``grade`` runs of attention started together (--wait) on one grading
     folder whose record is ``url``, each with one new student, judged by the kernel-free fake of
     tests/fake_record.py (a student ``sNNa`` scores 30, ``sNNb`` 15, and each graded notebook and
-    feedback page carries its own student's id).  Returns grades.csv (student -> (status, total)),
+    feedback page carries its own student's id; ``driver`` and the command's ``extra`` words may
+    judge otherwise, e.g. on Dask workers: tests/test_record_cluster.py).  Returns grades.csv (student -> (status, total)),
     whose code each student's graded notebook and feedback page show, and every failed run's end."""
     grading = tmp / "grading"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
@@ -172,8 +174,8 @@ def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, d
             folder.mkdir(parents=True)
             (folder / f"{sid}_attention.ipynb").write_bytes(fake_record.submission(sid, score))
             procs.append(subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-c", FAKE_DRIVER, "grade", "attention", str(folder), "--wait",
-                 "--grading-dir", str(grading), *db], cwd=ROOT, env=env,
+                [sys.executable, "-W", "ignore", "-c", driver, "grade", "attention", str(folder), "--wait",
+                 "--grading-dir", str(grading), *db, *extra], cwd=ROOT, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for p in procs:
             out, err = p.communicate(timeout=600)
