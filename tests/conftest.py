@@ -279,16 +279,24 @@ TIERS = {
                     "test_gpt.py", "test_gpu.py", "test_handgrade_versions.py", "test_post_training.py"},
     "book": {"test_book_build.py", "test_book_browser.py", "test_book_pages.py", "test_publish.py",
              "test_instructor_book.py", "test_handgrade_browser.py"},
-    "scale": {"test_scale.py", "test_record_writer.py", "test_record_full_disk.py"},
+    "scale": {"test_scale.py", "test_record_writer.py", "test_record_full_disk.py", "test_record_cluster.py"},
     "colab": {"test_colab.py", "test_colab_previous.py", "test_colab_grading.py", "test_compat.py"},
 }
 
 
+# a test parametrised over the class record's database (tests/pg.py: ``db``) is in the module's
+# tier on SQLite and in `scale` on PostgreSQL, whose server it starts
+POSTGRESQL_CASE = re.compile(r"\[(?:.*-)?postgresql(?:-.*)?\]$")
+
+
 def tier_of(nodeid: str) -> str:
-    """The tier of a test: that of its module; the book's pages (nbval) are "book"."""
+    """The tier of a test: that of its module; the book's pages (nbval) are "book"; a test's
+    PostgreSQL case (``[postgresql]`` among its parameters) is "scale"."""
     path = nodeid.split("::", 1)[0]
     if path.startswith("book/"):
         return "book"
+    if POSTGRESQL_CASE.search(nodeid):
+        return "scale"
     return next((tier for tier, modules in TIERS.items() if Path(path).name in modules), "unlisted")
 
 

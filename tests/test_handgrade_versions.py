@@ -6,7 +6,8 @@ saved newer points, is refused with both grades shown; s1 resubmits with answer 
 and answer q3 as it was (bar trailing spaces): the run flags q1 in its summary and history,
 q1 awaits a grader again (pending in grades.csv, not the old points, and marked on the
 hand-grading page), q3 keeps its points and comment; a form loaded before the regrade and saved
-after it is refused (answer version shown), and nothing of it reaches the gradebook.
+after it is refused (answer version shown), and nothing of it reaches the gradebook.  On SQLite
+and on PostgreSQL (tests/pg.py; those cases are in the ``scale`` tier).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import pytest
 from autograder.cli import main as cli
 from autograder.pipeline.run import grade
 from conftest import ROOT, filled_exercise
+from pg import ON_BOTH, db, postgres_server  # noqa: F401 - fixtures
 
 AETHER = ROOT / "exercises" / "project_aether" / "project_aether.ipynb"
 
@@ -67,7 +69,10 @@ class Tab:
 
 
 @pytest.fixture(scope="module")
-def aether(tmp_path_factory):
+def aether(tmp_path_factory, db):
+    """Graded with kernels, the record on SQLite or (``ON_BOTH``) on PostgreSQL.  (Not with the
+    fake backend: a regrade of its making drops the comment of an unchanged hand-graded answer,
+    which nbgrader's own regrade keeps.)"""
     from autograder.records.handgrade import HandGrading, make_server
 
     tmp = tmp_path_factory.mktemp("versions")
@@ -77,7 +82,8 @@ def aether(tmp_path_factory):
     nbformat.write(first, subs / "s1_project_aether.ipynb")
     (subs / "s2_project_aether.ipynb").write_bytes(AETHER.read_bytes())
     grading, out = tmp / "grading", tmp / "out"
-    grade("project_aether", subs, out_dir=out, grading_dir=grading, workers=2)
+    grade("project_aether", subs, out_dir=out, grading_dir=grading, workers=2,
+          db_url=db.args()[1] if db.postgresql else None)
     server = make_server(HandGrading("project_aether", grading, ROOT), port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -87,6 +93,7 @@ def aether(tmp_path_factory):
         server.server_close()
 
 
+@ON_BOTH
 def test_a_second_tab_never_overwrites_newer_points(aether):
     server = aether["server"]
     a, b = Tab(server), Tab(server)
@@ -104,6 +111,7 @@ def test_a_second_tab_never_overwrites_newer_points(aether):
                                                  comment__s1="both parts")
 
 
+@ON_BOTH
 def test_a_changed_written_answer_awaits_a_grader_again(aether, capsys):
     from autograder.records.handgrade import HandGrading
 

@@ -15,6 +15,7 @@ from autograder.pipeline import collect as collect_module, intake
 from autograder.pipeline.collect import collect, read_roster
 from autograder.pipeline.intake import student_id_from_name
 from conftest import ROOT
+from pg import ON_BOTH, db, dump, postgres_server  # noqa: F401 - fixtures
 
 NB = (ROOT / "exercises" / "attention" / "attention.ipynb").read_bytes()
 JOSE_NFC = unicodedata.normalize("NFC", "Jos\u00e9")
@@ -41,7 +42,8 @@ def test_a_roster_with_a_repeated_student_id_or_lms_id_is_refused_naming_the_lin
         read_roster(path, "attention")
 
 
-def test_the_command_line_refuses_a_repeated_roster_with_status_2_and_writes_nothing(tmp_path, capsys):
+@ON_BOTH
+def test_the_command_line_refuses_a_repeated_roster_with_status_2_and_writes_nothing(tmp_path, capsys, db):
     path = _roster(tmp_path, "student_id,lms_id\ns1,101\ns1,102\n")
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -51,10 +53,13 @@ def test_the_command_line_refuses_a_repeated_roster_with_status_2_and_writes_not
     assert err.count("\n") == 1 and "student id 's1' on lines 2 and 3" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
     grading = tmp_path / "grading"
-    assert cli(["grade", "attention", str(subs), "--roster", str(path), "--grading-dir", str(grading)]) == 2
+    where = db.args()  # on PostgreSQL: --db-url and a fresh database
+    assert cli(["grade", "attention", str(subs), "--roster", str(path), "--grading-dir", str(grading), *where]) == 2
     err = capsys.readouterr().err
     assert "student id 's1' on lines 2 and 3" in err and "Traceback" not in err
     assert not (grading / "gradebook.db").exists() and not (grading / "runs").exists()
+    if where:  # not a row in the database either
+        assert not any(dump(where[1]).values()), {t: rows for t, rows in dump(where[1]).items() if rows}
 
 
 def test_roster_cells_are_taken_in_nfc(tmp_path):

@@ -12,6 +12,8 @@ line saying which; and a full disk is injected at each write point (``COURSE_FAU
 
 Nothing here starts a kernel: the submissions are judged by ``fakebackend.FakeBackend``, whose
 feedback page shows each submission's own code, so that a test sees whose files a student has.
+The tests marked ``ON_BOTH`` run on SQLite and again with the record in a throwaway PostgreSQL
+database (tests/pg.py; those cases are in the ``scale`` tier).
 """
 from __future__ import annotations
 
@@ -27,19 +29,24 @@ import pytest
 
 import fakebackend
 from autograder.cli import main as cli
-from autograder.records import classrecord
+from autograder.records import classrecord, gradebook
 from conftest import ROOT
+from pg import ON_BOTH, db, postgres_server, state_of_database  # noqa: F401 - fixtures
 
-DRIVER = fakebackend.DRIVER
+DRIVER = ("import sys, fakebackend; fakebackend.install(); from autograder.cli import main; "
+          "sys.exit(main(sys.argv[1:]))")
 
 
 def _state(grading: Path, exports: bool = True) -> dict:
     """Every byte of the record, its files and (``exports``) the exports; the runs' scratch
     folders aside, and a journal SQLite leaves beside the gradebook when killed in a transaction
-    (SQLite's own: it rolls it back)."""
-    return {str(p.relative_to(grading)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(grading.rglob("*")) if p.is_file() and "runs" not in p.relative_to(grading).parts
-            and not p.name.endswith("-journal") and (exports or "reports" not in p.relative_to(grading).parts)}
+    (SQLite's own: it rolls it back).  A record on PostgreSQL: every row of its database (and
+    not the file gradebook.url, which names the database: each copy of the folder has its own)."""
+    return {**{str(p.relative_to(grading)): hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in sorted(grading.rglob("*")) if p.is_file() and "runs" not in p.relative_to(grading).parts
+               and not p.name.endswith("-journal") and p.name != "gradebook.url"
+               and (exports or "reports" not in p.relative_to(grading).parts)},
+            **state_of_database(grading)}
 
 
 def _files(folder: Path) -> dict:
@@ -68,19 +75,19 @@ def _code(grading: Path, sid: str) -> str:
 
 
 def _runs(grading: Path) -> list:
-    return classrecord.history(f"sqlite:///{grading / 'gradebook.db'}", "attention")
+    return classrecord.history(gradebook.db_url(grading), "attention")
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, db):
     """A class graded once (s1 30, s2 15; s3 on the roster hands nothing in), and a second batch
-    (s1 15, s2 30) to grade over it."""
+    (s1 15, s2 30) to grade over it; its record on SQLite, or (``ON_BOTH``) on PostgreSQL."""
     with pytest.MonkeyPatch.context() as mp:
         fakebackend.install(mp)
-        return _grade_class(tmp_path_factory)
+        return _grade_class(tmp_path_factory, db)
 
 
-def _grade_class(tmp_path_factory) -> dict:
+def _grade_class(tmp_path_factory, db) -> dict:
     tmp = tmp_path_factory.mktemp("crash")
     first, second = tmp / "first", tmp / "second"
     first.mkdir(), second.mkdir()
@@ -89,19 +96,18 @@ def _grade_class(tmp_path_factory) -> dict:
         (second / f"{sid}_attention.ipynb").write_bytes(fakebackend.submission(f"{sid}-second", 1.5 - score))
     (tmp / "roster.csv").write_text("student_id,lms_id,name\ns1,1001,Ann\ns2,1002,Bo\ns3,1003,Cy\n")
     grading = tmp / "grading"
-    assert cli(["grade", "attention", str(first), "--grading-dir", str(grading), "--roster", str(tmp / "roster.csv")]) == 0
+    assert cli(["grade", "attention", str(first), "--grading-dir", str(grading), "--roster", str(tmp / "roster.csv"),
+                *db.args()]) == 0
     assert _totals(grading) == {"s1": "30", "s2": "15", "s3": "0"}
     return {"tmp": tmp, "grading": grading, "second": second, "state": _state(grading), "lms": _lms_files(grading)}
 
 
 @pytest.fixture
-def grading(graded, tmp_path, monkeypatch):
-    """A copy of the graded class's folder, for a test that changes it."""
+def grading(graded, tmp_path, monkeypatch, db):
+    """A copy of the graded class's folder (and of its PostgreSQL database), for a test that changes it."""
     fakebackend.install(monkeypatch)
     monkeypatch.delenv("COURSE_FAULT", raising=False)
-    target = tmp_path / "grading"
-    shutil.copytree(graded["grading"], target)
-    return target
+    return db.copy(graded["grading"], tmp_path / "grading")
 
 
 def _killed(args: list[str], step: str) -> None:
@@ -121,6 +127,7 @@ def _next_start(grading: Path, capsys) -> list[str]:
 
 
 @pytest.mark.parametrize("step", ["stage", "write pending.json", "commit"])
+@ON_BOTH
 def test_a_run_killed_before_its_commit_is_rolled_back_at_the_next_start(graded, grading, capsys, step):
     _killed(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)], step)
     lines = _next_start(grading, capsys)
@@ -132,6 +139,7 @@ def test_a_run_killed_before_its_commit_is_rolled_back_at_the_next_start(graded,
 
 
 @pytest.mark.parametrize("step", ["apply", "apply-op"])
+@ON_BOTH
 def test_a_run_killed_after_its_commit_is_completed_and_undo_gives_the_old_files_back(graded, grading, capsys, step):
     _killed(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)], step)
     lines = _next_start(grading, capsys)
@@ -147,6 +155,7 @@ def test_a_run_killed_after_its_commit_is_completed_and_undo_gives_the_old_files
 
 
 @pytest.mark.parametrize("step", ["write grades.csv", "write s2.html", "replace"])
+@ON_BOTH
 def test_a_run_killed_while_its_exports_are_written_leaves_the_old_ones_whole(graded, grading, capsys, step):
     reports = grading / "reports" / "attention"
     before = _files(reports)
@@ -159,6 +168,7 @@ def test_a_run_killed_while_its_exports_are_written_leaves_the_old_ones_whole(gr
     assert not [p for p in reports.rglob(".*") if p.is_file()]  # the killed run's temporary files went
 
 
+@ON_BOTH
 def test_an_export_killed_half_way_leaves_the_old_files_whole(grading):
     reports = grading / "reports" / "attention"
     before = _files(reports)
@@ -169,6 +179,7 @@ def test_an_export_killed_half_way_leaves_the_old_files_whole(grading):
 
 
 @pytest.mark.parametrize("command,step", [(["undo", "attention"], "apply"), (["remove", "attention", "s1"], "apply-op")])
+@ON_BOTH
 def test_undo_and_remove_killed_after_their_commit_are_completed(graded, grading, capsys, command, step):
     assert cli(["grade", "attention", str(graded["second"]), "--grading-dir", str(grading)]) == 0
     _killed([*command, "--grading-dir", str(grading)], step)
@@ -183,12 +194,14 @@ def test_undo_and_remove_killed_after_their_commit_are_completed(graded, grading
 
 
 def _one_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    # on PostgreSQL a command first names the database the folder recorded (``gradebook: <url>, recorded in ...``)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("gradebook: ")]
     assert len(err) == 1 and err[0].startswith("error: No space left on device"), err
     return err[0]
 
 
 @pytest.mark.parametrize("step", ["archive", "stage", "write pending.json", "commit"])
+@ON_BOTH
 def test_a_full_disk_before_the_commit_is_one_line_and_changes_nothing(graded, grading, capsys, monkeypatch, step):
     capsys.readouterr()
     monkeypatch.setenv("COURSE_FAULT", f"{step}:enospc")
@@ -198,6 +211,7 @@ def test_a_full_disk_before_the_commit_is_one_line_and_changes_nothing(graded, g
 
 
 @pytest.mark.parametrize("step", ["write grades.csv", "write histogram.png", "write s1.html", "replace"])
+@ON_BOTH
 def test_a_full_disk_after_the_commit_is_one_line_and_keeps_the_exports(graded, grading, capsys, monkeypatch, step):
     reports = grading / "reports" / "attention"
     before = _files(reports)
@@ -210,6 +224,7 @@ def test_a_full_disk_after_the_commit_is_one_line_and_keeps_the_exports(graded, 
 
 
 @pytest.mark.parametrize("command", [["undo", "attention"], ["remove", "attention", "s1"], ["export", "attention"]])
+@ON_BOTH
 def test_a_full_disk_in_undo_remove_or_export_is_one_line_and_changes_nothing(grading, capsys, monkeypatch, command):
     capsys.readouterr()
     before = _state(grading)
@@ -280,7 +295,7 @@ SAVE = {"s1": ["3", "clear"], "s2": ["1.5", "one side only"]}
 
 
 @pytest.fixture(scope="module")
-def aether_graded(tmp_path_factory):
+def aether_graded(tmp_path_factory, db):
     """project_aether graded for s1 and s2 (their written answers await a grader)."""
     import nbformat
 
@@ -296,22 +311,20 @@ def aether_graded(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         fakebackend.install(mp)
         mp.delenv("COURSE_FAULT", raising=False)
-        assert cli(["grade", "project_aether", str(subs), "--grading-dir", str(tmp / "grading")]) == 0
+        assert cli(["grade", "project_aether", str(subs), "--grading-dir", str(tmp / "grading"), *db.args()]) == 0
     return tmp / "grading"
 
 
 @pytest.fixture
-def aether(aether_graded, tmp_path, monkeypatch):
+def aether(aether_graded, tmp_path, monkeypatch, db):
     monkeypatch.delenv("COURSE_FAULT", raising=False)
-    target = tmp_path / "grading"
-    shutil.copytree(aether_graded, target)
-    return target
+    return db.copy(aether_graded, tmp_path / "grading")
 
 
 def _hand_grades(grading: Path) -> dict:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{grading / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook.db_url(grading)) as gb:
         return {sid: (gb.find_grade("q3_answer", "project_aether", "project_aether", sid).manual_score,
                       gb.find_comment("q3_answer", "project_aether", "project_aether", sid).manual_comment)
                 for sid in ("s1", "s2")}
@@ -319,10 +332,11 @@ def _hand_grades(grading: Path) -> dict:
 
 def _save_state(grading: Path) -> dict:
     """Every file of the record and the exports but the gradebook (what a save may change)."""
-    return {k: v for k, v in _state(grading).items() if not k.startswith("gradebook.db")}
+    return {k: v for k, v in _state(grading).items() if not k.startswith(("gradebook.db", "<postgresql>"))}
 
 
 @pytest.mark.parametrize("step", ["save s1", "save s2", "save commit"])
+@ON_BOTH
 def test_a_hand_grading_save_killed_keeps_every_grade_of_the_page(aether, step):
     import json
 
@@ -343,6 +357,7 @@ def test_a_hand_grading_save_killed_keeps_every_grade_of_the_page(aether, step):
 
 
 @pytest.mark.parametrize("step", ["save s2", "save commit"])
+@ON_BOTH
 def test_a_full_disk_in_a_hand_grading_save_is_one_line_and_saves_nothing(aether, monkeypatch, step):
     from autograder.records.handgrade import HandGrading
 

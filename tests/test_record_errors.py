@@ -1,27 +1,32 @@
 """Issue 34, item 6: the commands on the class record say what happened.  ``remove`` of a
 student with nothing to remove is refused (exit status 2, no run in the history); a damaged
 gradebook file or a damaged row of the history is one line naming the file and the row, never
-a traceback and never "nothing graded yet"."""
+a traceback and never "nothing graded yet".  The tests marked ``ON_BOTH`` run on SQLite and again
+with the record in a throwaway PostgreSQL database (tests/pg.py; the ``scale`` tier)."""
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from autograder.cli import main as cli
-from autograder.records import classrecord
+from autograder.records import classrecord, gradebook
+from pg import ON_BOTH, db, postgres_server  # noqa: F401 - fixtures
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Path:
+def recorded(tmp_path_factory, db) -> Path:
     """A grading folder whose gradebook knows attention and has two runs in its history
-    (no student's notebook needed)."""
+    (no student's notebook needed); on SQLite, or (``ON_BOTH``) in a PostgreSQL database."""
     from nbgrader.api import Gradebook
+
+    from autograder.course.paths import GradingPaths
 
     grading = tmp_path_factory.mktemp("record") / "grading"
     grading.mkdir()
-    url = f"sqlite:///{grading / 'gradebook.db'}"
+    if db.postgresql:
+        GradingPaths(grading).record_url(db.args()[1])
+    url = gradebook.db_url(grading)
     from autograder.course.paths import nbgrader_env
     from autograder.course.settings import environ
 
@@ -35,32 +40,50 @@ def recorded(tmp_path_factory) -> Path:
     return grading
 
 
-def _copy(recorded: Path, tmp_path: Path) -> Path:
-    import shutil
+def _copy(recorded: Path, tmp_path: Path, db) -> Path:
+    return db.copy(recorded, tmp_path / "grading")
 
-    shutil.copytree(recorded, tmp_path / "grading")
-    return tmp_path / "grading"
+
+def _sql(grading: Path, statement: str):
+    """Run ``statement`` on the folder's record (SQLite or PostgreSQL); its first value, if any."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(gradebook.db_url(grading))
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(sa.text(statement))
+            return result.scalar() if result.returns_rows else None
+    finally:
+        engine.dispose()
 
 
 def _runs(grading: Path) -> int:
-    with sqlite3.connect(grading / "gradebook.db") as conn:
-        return conn.execute("SELECT count(*) FROM course_run").fetchone()[0]
+    return _sql(grading, "SELECT count(*) FROM course_run")
+
+
+def _where(grading: Path) -> str:
+    """How a one-line error names the folder's record: the SQLite file, or the database's URL."""
+    url = gradebook.db_url(grading)
+    return str(grading / "gradebook.db") if gradebook.is_sqlite(url) else gradebook.shown(url)
 
 
 def _one_line(err: str) -> str:
+    # on PostgreSQL a command first names the database the folder recorded (``gradebook: <url>, recorded in ...``)
+    err = "".join(line + "\n" for line in err.splitlines() if not line.startswith("gradebook: "))
     assert "Traceback" not in err and "nothing graded yet" not in err, err
     assert err.count("\n") == 1, err
     return err
 
 
-def test_remove_of_a_student_without_a_submission_is_refused_and_recorded_nowhere(recorded, tmp_path, capsys):
-    grading = _copy(recorded, tmp_path)
+@ON_BOTH
+def test_remove_of_a_student_without_a_submission_is_refused_and_recorded_nowhere(recorded, tmp_path, capsys, db):
+    grading = _copy(recorded, tmp_path, db)
     assert cli(["remove", "attention", "s7", "--grading-dir", str(grading)]) == 2
     err = _one_line(capsys.readouterr().err)
     assert "s7 has no submission of attention" in err
     assert _runs(grading) == 2
     # a student with a file in the record (here a PDF that was not graded) can be removed
-    assert classrecord.with_submission(f"sqlite:///{grading / 'gradebook.db'}", "attention", ["s1", "s7"]) == {"s1"}
+    assert classrecord.with_submission(gradebook.db_url(grading), "attention", ["s1", "s7"]) == {"s1"}
 
 
 @pytest.mark.parametrize("command", [["history"], ["undo"], ["remove", "s1"], ["export"]])
@@ -74,21 +97,20 @@ def test_a_damaged_gradebook_file_is_one_line_naming_it(tmp_path, capsys, comman
     assert str(grading / "gradebook.db") in err and "damaged" in err
 
 
-def test_a_damaged_history_row_is_one_line_naming_the_file_and_the_row(recorded, tmp_path, capsys):
-    grading = _copy(recorded, tmp_path)
-    with sqlite3.connect(grading / "gradebook.db") as conn:
-        conn.execute("UPDATE course_run SET data = '{broken' WHERE seq = 2")
+@ON_BOTH
+def test_a_damaged_history_row_is_one_line_naming_the_file_and_the_row(recorded, tmp_path, capsys, db):
+    grading = _copy(recorded, tmp_path, db)
+    _sql(grading, "UPDATE course_run SET data = '{broken' WHERE seq = 2")
     for command in (["history", "attention"], ["undo", "attention"], ["undo", "attention", "1"]):
         assert cli([*command, "--grading-dir", str(grading)]) == 2, command
         err = _one_line(capsys.readouterr().err)
-        assert str(grading / "gradebook.db") in err and "row 2 of table course_run" in err, err
+        assert _where(grading) in err and "row 2 of table course_run" in err, err
     assert _runs(grading) == 2
 
 
-def test_a_history_row_of_the_wrong_shape_is_named_too(recorded, tmp_path, capsys):
-    grading = _copy(recorded, tmp_path)
-    with sqlite3.connect(grading / "gradebook.db") as conn:
-        conn.execute("""UPDATE course_run SET data = '{"changes": [1, 2]}' WHERE seq = 1""")
+def test_a_history_row_of_the_wrong_shape_is_named_too(recorded, tmp_path, capsys, db):
+    grading = _copy(recorded, tmp_path, db)
+    _sql(grading, """UPDATE course_run SET data = '{"changes": [1, 2]}' WHERE seq = 1""")
     assert cli(["history", "attention", "--grading-dir", str(grading)]) == 2
     err = _one_line(capsys.readouterr().err)
     assert "row 1 of table course_run" in err

@@ -25,7 +25,7 @@ from autograder.cli import main as cli
 from autograder.records import writer
 import fakebackend
 from conftest import ROOT, WRONG_SOFTMAX, filled_exercise, set_solution
-from test_scale import postgres  # noqa: F401 - the throwaway PostgreSQL server fixture
+from pg import postgres, postgres_server  # noqa: F401 - the throwaway PostgreSQL server's fixtures
 
 HOLD = """
 import sys, time
@@ -147,16 +147,19 @@ def test_two_grade_runs_started_together_lose_and_swap_no_grade(tmp_path, repeti
 
 # -------------------------------------------------------- many pairs, SQLite and PostgreSQL
 
-FAKE_DRIVER = fakebackend.DRIVER
+FAKE_DRIVER = ("import sys, fakebackend; fakebackend.install(); from autograder.cli import main; "
+               "sys.exit(main(sys.argv[1:]))")
 # pairs per database in the suite; the 20 of issue 34's check: COURSE_STRESS_PAIRS=20 pytest tests/test_record_writer.py -k pairs
 PAIRS = int(os.environ.get("COURSE_STRESS_PAIRS", "5"))
 
 
-def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, dict, list[str]]:
+def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS, driver: str = FAKE_DRIVER,
+                       extra: tuple = ()) -> tuple[dict, dict, list[str]]:
     """``pairs`` times, two ``grade`` runs of attention started together (--wait) on one grading
     folder whose record is ``url``, each with one new student, judged by the kernel-free fake of
     tests/fakebackend.py (a student ``sNNa`` scores 30, ``sNNb`` 15, and each graded notebook and
-    feedback page carries its own student's id).  Returns grades.csv (student -> (status, total)),
+    feedback page carries its own student's id; ``driver`` and the command's ``extra`` words may
+    judge otherwise, e.g. on Dask workers: tests/test_record_cluster.py).  Returns grades.csv (student -> (status, total)),
     whose code each student's graded notebook and feedback page show, and every failed run's end."""
     grading = tmp / "grading"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
@@ -171,8 +174,8 @@ def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS) -> tuple[dict, d
             folder.mkdir(parents=True)
             (folder / f"{sid}_attention.ipynb").write_bytes(fakebackend.submission(sid, score))
             procs.append(subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-c", FAKE_DRIVER, "grade", "attention", str(folder), "--wait",
-                 "--grading-dir", str(grading), *db], cwd=ROOT, env=env,
+                [sys.executable, "-W", "ignore", "-c", driver, "grade", "attention", str(folder), "--wait",
+                 "--grading-dir", str(grading), *db, *extra], cwd=ROOT, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for p in procs:
             out, err = p.communicate(timeout=600)

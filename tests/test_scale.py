@@ -6,14 +6,11 @@ from an earlier run."""
 from __future__ import annotations
 
 import csv
-import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,6 +20,7 @@ import pytest
 
 from autograder.records import gradebook
 from autograder.pipeline.run import grade
+from pg import dump, free_port, postgres, postgres_server  # noqa: F401 - fixtures
 from conftest import (WRONG_SOFTMAX, ROOT, as_from_a_terminal, assert_gradebook_consistent, filled_exercise, read_nb, run,
                       set_solution)
 
@@ -61,46 +59,6 @@ def local_grades(small_class, tmp_path_factory) -> dict:
 
 # ----------------------------------------------------------------------------- PostgreSQL
 
-def _postgres_bin() -> Path | None:
-    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
-    return Path(found).resolve().parent if found else None  # createdb and pg_ctl sit beside it
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A throwaway PostgreSQL server on a Unix socket; yields the gradebook's URL."""
-    bindir = _postgres_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed (scripts/env.sh installs it when run as root with apt)")
-    base = Path(tempfile.mkdtemp(prefix="pg", dir="/tmp"))  # a short path: Unix sockets allow ~100 bytes
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # the server refuses to run as root
-        try:
-            shutil.chown(base, "postgres")
-        except LookupError:
-            pytest.skip("running as root and there is no 'postgres' user to run the server as")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(base / "data"), "-A", "trust", "-U", "grader"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(base / "data"), "-w", "-l", str(base / "log"),
-                    "-o", f"-k {base} -p {port} -c listen_addresses=''", "start"], check=True, capture_output=True)
-    try:
-        subprocess.run([*as_user, str(bindir / "createdb"), "-h", str(base), "-p", str(port), "-U", "grader",
-                        "gradebook"], check=True, capture_output=True)
-        yield f"postgresql://grader@/gradebook?host={base}&port={port}"
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(base / "data"), "-m", "immediate", "stop"],
-                       capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def postgres_graded(postgres, small_class, tmp_path_factory) -> tuple[str, Path, Path]:
     """The small class graded into PostgreSQL once (two workers writing to it at once): the
@@ -132,26 +90,11 @@ def test_a_postgresql_gradebook_gives_the_same_grades_as_sqlite(postgres_graded,
     assert _grades(tmp_path / "again" / "grades.csv") == local_grades
 
 
-def _dump(url: str) -> dict:
-    """Every row of every table of the database at ``url``, in a fixed order."""
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            meta = sa.MetaData()
-            meta.reflect(conn)
-            return {name: sorted(map(repr, conn.execute(sa.select(table)).all()))
-                    for name, table in sorted(meta.tables.items())}
-    finally:
-        engine.dispose()
-
-
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
 def test_a_run_killed_half_way_leaves_a_postgresql_record_as_it_was(postgres_graded, small_class, signal_name):
     """A run into PostgreSQL stopped while it judges (SIGKILL, or Ctrl-C): not a row changed."""
     postgres, grading, _ = postgres_graded
-    before = _dump(postgres)
+    before = dump(postgres)
     assert before and any(before.values())
     # a run killed by the other parametrisation leaves its folder until the next run starts
     earlier = set((grading / "runs").glob("*")) if (grading / "runs").is_dir() else set()
@@ -166,12 +109,12 @@ def test_a_run_killed_half_way_leaves_a_postgresql_record_as_it_was(postgres_gra
     assert time.monotonic() < deadline, "the second run judged no submission in 300 s"
     os.killpg(proc.pid, getattr(signal, signal_name))
     proc.wait(120)
-    assert _dump(postgres) == before
+    assert dump(postgres) == before
 
 
 def test_an_unreachable_database_is_one_line(small_class, tmp_path):
     """A wrong --db-url stops the run with one line that names it."""
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     url = f"postgresql://grader@127.0.0.1:{port}/gradebook"
     proc = run([sys.executable, "-m", "autograder", "grade", "attention", str(small_class),
                 "--db-url", url, "--grading-dir", str(tmp_path / "g")])

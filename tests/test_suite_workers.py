@@ -58,3 +58,8 @@ def test_every_test_module_has_a_tier():
     assert len(tiers_of) == len(listed), "a module is in two tiers"
     assert conftest.tier_of("book/01_attention_retrieval.ipynb::Cell 0") == "book"
     assert conftest.tier_of("tests/test_docs.py::test_x") == "fast"
+    # the PostgreSQL case of a fast test (tests/pg.py's ``db``) is scale; its SQLite case stays fast
+    assert conftest.tier_of("tests/test_record_crash.py::test_x[postgresql-stage]") == "scale"
+    assert conftest.tier_of("tests/test_record_crash.py::test_x[sqlite-stage]") == "fast"
+    assert conftest.tier_of("tests/test_record_errors.py::test_x[postgresql]") == "scale"
+    assert conftest.tier_of("tests/test_identity.py::test_x[postgresqlish]") == "fast"

@@ -1,6 +1,7 @@
 """Issue 34, item 9: bidi controls from names, file names and outputs are shown visibly
 (``<U+202E>``) in every CSV file, page and summary line the grader writes, in one place
-(``autograder.text.visible``); and the output limits count what a notebook stores."""
+(``autograder.text.visible``); and the output limits count what a notebook stores.  Names read
+back from the class record: on SQLite and PostgreSQL (``ON_BOTH``, tests/pg.py)."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import pytest
 
 from autograder.text import csvsafe, htmlsafe
 from autograder.text.visible import BIDI_CONTROLS, visible
+from pg import ON_BOTH, db, postgres_server  # noqa: F401 - fixtures
 
 RLO = "\u202e"
 CONTROLS = "".join(sorted(BIDI_CONTROLS))
@@ -162,3 +164,30 @@ def test_many_tiny_prints_are_counted_as_stored(monkeypatch):
                   "content": {"name": "stdout" if i % 2 else "stderr", "text": "x\n"}})
     assert outs.dropped
     assert _stored(outs.outputs) <= 50_000 * 1.02
+
+
+@ON_BOTH
+def test_names_read_back_from_the_class_record_are_shown_visibly(tmp_path, monkeypatch, capsys, db):
+    """A roster's names with bidi controls, graded (the fake backend) into the record on SQLite or
+    PostgreSQL and exported again from it: every LMS file and the printed summary show them visibly."""
+    from autograder.cli import main as cli
+    from conftest import filled_exercise
+    from fakebackend import FakeBackend, use_fake_backend
+
+    use_fake_backend(monkeypatch, FakeBackend())
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(filled_exercise("attention"), subs / "s1_attention.ipynb")
+    roster = tmp_path / "roster.csv"
+    roster.write_text(f"student_id,lms_id,name\ns1,1001,Mallory{RLO}yrollaM\ns2,1002,B{RLO}ob\n", encoding="utf-8")
+    grading = tmp_path / "grading"
+    assert cli(["grade", "attention", str(subs), "--roster", str(roster), "--grading-dir", str(grading),
+                *db.args()]) == 0
+    out = tmp_path / "again"
+    assert cli(["export", "attention", "--grading-dir", str(grading), "--out", str(out), "--no-feedback"]) == 0
+    printed = capsys.readouterr()
+    assert _clean(printed.out + printed.err)
+    for name in ("grades.csv", "canvas.csv", "moodle.csv"):
+        text = (out / name).read_text(encoding="utf-8")
+        assert _clean(text), name
+    assert "Mallory<U+202E>yrollaM" in (out / "canvas.csv").read_text(encoding="utf-8")

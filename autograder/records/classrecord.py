@@ -285,18 +285,21 @@ def _carry_hand_grades(conn, old: dict, new: dict, changed: dict) -> list[tuple[
     hand-graded answer is unchanged, and none where it changed (awaiting a grader again, as
     nbgrader first left it).  Returns (grade_id, old points) of each hand grade left behind."""
     cells = _tables()["base_cell"]
-    ids = {g["cell_id"] for g in new.get("grade", [])}
+    # a grade belongs to the answer's grade cell and its comment to its solution cell: two rows
+    # of base_cell with one name (so the comment is found by the name, not by the grade's cell id)
+    ids = {r["cell_id"] for part in (new.get("grade", []), new.get("comment", []), old.get("comment", []))
+           for r in part}
     names = {r.id: r.name for r in conn.execute(sa.select(cells.c.id, cells.c.name).where(cells.c.id.in_(ids)))}
     old_grades = {g["cell_id"]: g for g in old.get("grade", [])}
-    old_comments = {c["cell_id"]: c for c in old.get("comment", [])}
-    new_comments = {c["cell_id"]: c for c in new.get("comment", [])}
+    old_comments = {names.get(c["cell_id"]): c for c in old.get("comment", [])}
+    new_comments = {names.get(c["cell_id"]): c for c in new.get("comment", [])}
     again = []
     for g in new.get("grade", []):
         name = names.get(g["cell_id"])
         before = old_grades.get(g["cell_id"])
         if name not in changed or before is None:
             continue
-        comment, old_comment = new_comments.get(g["cell_id"]), old_comments.get(g["cell_id"])
+        comment, old_comment = new_comments.get(name), old_comments.get(name)
         if not changed[name]:  # the same answer: the same hand grade
             for key in ("manual_score", "extra_credit", "needs_manual_grade"):
                 g[key] = before[key]
