@@ -17,6 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 import nbformat
 
@@ -33,22 +34,23 @@ class IntakeError(ValueError):
     """A file that cannot be graded; the message is one line for the summary."""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Submission:
-    """One student's file after intake."""
+    """One student's file after intake (the ``read`` stage builds it; later stages make changed
+    copies with ``dataclasses.replace``)."""
 
     student_id: str
     file: str
     nb: nbformat.NotebookNode | None = None
     error: str | None = None
-    notes: list[str] = field(default_factory=list)   # repairs (for the instructor)
-    flags: list[str] = field(default_factory=list)   # suspicious code (for the instructor)
+    notes: tuple[str, ...] = ()                       # repairs (for the instructor)
+    flags: tuple[str, ...] = ()                       # suspicious code (for the instructor)
     late: bool = False
-    lms: dict = field(default_factory=dict)          # lms_id, name: what the LMS download said
+    lms: Mapping[str, str] = field(default_factory=dict)      # lms_id, name: what the LMS download said
     source: str = ""                                  # the file's name as it came (an LMS zip's entry)
-    grade_ids: set = field(default_factory=set)      # the grade ids its cells carried, before repair
-    remarks: list[str] = field(default_factory=list)  # other files of this student, and what became of them
-    handed_in: dict = field(default_factory=dict)     # grade id -> the text of its outputs as handed in
+    grade_ids: frozenset[str] = frozenset()           # the grade ids its cells carried, before repair
+    remarks: tuple[str, ...] = ()                     # other files of this student, and what became of them
+    handed_in: Mapping[str, str] = field(default_factory=dict)  # grade id -> the text of its outputs as handed in
 
 
 def _name_part(path: Path, assignment: str) -> str:

@@ -1,12 +1,16 @@
-"""Grade a class: a run is a list of stages, each handing one typed result to the next.
+"""Grade a class: a run is a list of stages, each handing one typed, frozen result to the next.
 
-    collect   an LMS zip or a folder                    -> Collected (a folder, every entry's row)
-    read      each file read, rebuilt, repaired, scanned -> [Submission]
-    screen    another assignment's files, students off the roster: refused; the wrong zip stops here
-    prepare   the sandbox proved where kernels run, the release, the offline models
-    judge     the backend (local processes or Dask)      -> {student: Outcome}
+    collect   an LMS zip or a folder                     -> Collected (a folder, every entry's row)
+    read      each file read, rebuilt, repaired, scanned -> Submissions
+    screen    another assignment's files, students off the roster: refused; the wrong zip stops here -> Screened
+    prepare   the sandbox proved where kernels run, the release, the offline models -> Prepared
+    judge     the backend (local processes or Dask)      -> Judged (an Outcome per student)
     commit    the class record, in one transaction with its history; its files staged before, renamed after
+                                                         -> Committed
     export    grades.csv, canvas.csv, moodle.csv, plots, a feedback page per student -> Report
+
+What every stage shares is one frozen ``RunContext`` (``autograder.pipeline.chain``), made by
+``open_run`` before the first stage; each result is the previous one plus what its stage learned.
 
 Nothing reaches the class record before ``commit``: until then the run works in a folder of its
 own (``grading/runs/<id>/``), removed when it ends, however it ends.  A run stopped with Ctrl-C
@@ -20,12 +24,12 @@ commit nothing of the run is in the record; after it, the run is, and the export
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 from autograder import ROOT
 from autograder.course.errors import GradingError, StoppedAfterCommit
@@ -38,62 +42,11 @@ from autograder.records.files import disk_line, held_interrupt, recover
 from autograder.records.writer import RecordBusy, writing
 
 from . import stages
+from .chain import RunContext
 from .intake import student_id_from_name
 from .results import Report, Result
 
-__all__ = ["grade", "GradingError", "student_id_from_name", "Report", "Result", "STAGES"]
-
-STAGES = (stages.collect, stages.read, stages.screen, stages.prepare, stages.judge, stages.commit, stages.export)
-
-
-@dataclass
-class Run:
-    """What every stage of one run shares: the assignment, its settings, where things go."""
-
-    assignment: str
-    source: Path
-    course: object
-    spec: object
-    settings: GradingSettings
-    paths: GradingPaths
-    url: str
-    report: Report
-    roster: dict = field(default_factory=dict)     # the class: student id -> roster row
-    roster_given: bool = False
-    canvas_column: str | None = None                # the assignment's column in a Canvas gradebook export given
-    missing: str | None = None                      # "zero" or "blank": roster students without a gradable file
-    add_students: bool = False
-    folder: Path | None = None                      # the run's own folder
-    started: float = field(default_factory=time.monotonic)
-    # filled in by the stages
-    backend: object = None
-    checking: object = None                         # the sandbox's self-test, started by read (stages.Ahead)
-    rel: object = None
-    release: object = None
-    info: object = None
-    staging_gradebook: Path | None = None
-    subs: list = field(default_factory=list)
-    added: list = field(default_factory=list)
-    run_id: str = ""
-    changes: list = field(default_factory=list)
-    fingerprint: str = ""                           # of the files given (stages.fingerprint)
-    rehand: list = field(default_factory=list)      # [student, grade_id, old points]: hand grades left behind
-
-    @property
-    def by_lms(self) -> dict:
-        """LMS id -> roster row, for matching the files of an LMS download."""
-        from .collect import lms_index
-
-        return lms_index(self.roster.values())
-
-    @property
-    def collected_folder(self) -> Path | None:
-        folder = self.folder / "collected" if self.folder else None
-        return folder if folder is not None and folder.is_dir() else None
-
-    def settings_summary(self) -> dict:
-        keep = ("cell_timeout", "notebook_timeout", "memory_mb", "workers", "sandbox", "cluster", "env", "bwrap", "gpu")
-        return {k: v for k, v in asdict(self.settings).items() if k in keep}
+__all__ = ["grade", "GradingError", "student_id_from_name", "Report", "Result", "RunContext"]
 
 
 def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
@@ -109,56 +62,53 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     sandbox, an unreachable database, another command changing the assignment's record (unless
     ``wait``: then it waits for that one, ``autograder.records.writer``)."""
     try:
-        run = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
-                       settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, workers=workers,
-                                        sandbox=use_sandbox, memory_mb=memory_mb, cluster=cluster))
+        ctx = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
+                       missing, settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
+                                                 workers=workers, sandbox=use_sandbox, memory_mb=memory_mb,
+                                                 cluster=cluster))
     except OSError as exc:  # a full disk before the run could start: one line
         where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path(grading_dir or "grading")
-        raise GradingError(disk_line(exc, where, "nothing of this run reached the class record")) from None
-    run.missing = missing
+        raise GradingError(disk_line(exc, where, stages.NOTHING_REACHED)) from None
     try:
         try:
-            with writing(run.url, assignment, f"grade {assignment}", wait=wait):
-                return _run_stages(run)
+            with writing(ctx.url, assignment, f"grade {assignment}", wait=wait):
+                # a command killed half way through a change of this record: its files completed or removed
+                recovered = recover(ctx.paths.root, ctx.url, assignment)
+                return run_stages(replace(ctx, warnings=ctx.warnings + tuple(recovered)))
         except RecordBusy as exc:
             raise GradingError(str(exc)) from None
     finally:
         if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep the run's folder to debug a run
-            remove_tree(run.folder)
+            remove_tree(ctx.folder)
 
 
-def _run_stages(run: Run) -> Report:
-    """Every stage in turn, while this run holds the assignment's writer lock."""
-    assignment = run.assignment
-    value = run.source
-    # a command killed half way through a change of this record: its files completed or removed
-    run.report.warnings += recover(run.paths.root, run.url, assignment)
+def run_stages(ctx: RunContext) -> Report:
+    """The stages, in order, each given the result of the one before (while this run holds the
+    assignment's writer lock).  docs/GRADING.md's table lists them (tests/test_layers.py)."""
     try:
-        for stage in STAGES:
-            # the record's transaction and the files it names move together: a Ctrl-C then
-            # waits until both are done, and stops the run after them
-            with held_interrupt() if stage is stages.commit else contextlib.nullcontext() as held:
-                try:
-                    value = stage(run, value)
-                except OSError as exc:
-                    if not run.run_id:
-                        raise GradingError(disk_line(exc, run.paths.root, "nothing of this run reached the "
-                                                                          "class record")) from None
-                    raise GradingError(disk_line(
-                        exc, run.report.out_dir, f"the run is in the class record (run {run.run_id[:8]}), with its "
-                        "graded notebooks and feedback; its exports are as they were before it: "
-                        f"python -m autograder export {assignment} writes them")) from None
-            if held:
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        if run.run_id:  # the record holds the run already: say so, not "nothing reached it"
-            raise StoppedAfterCommit(assignment, run.run_id) from None
-        raise
-    return value
+        collected = stages.collect(ctx, ctx.source)
+        read = stages.read(ctx, collected)
+        screened = stages.screen(ctx, read)
+        prepared = stages.prepare(ctx, screened)
+        judged = stages.judge(ctx, prepared)
+    except OSError as exc:  # a full disk: one line
+        raise GradingError(disk_line(exc, ctx.paths.root, stages.NOTHING_REACHED)) from None
+    # the record's transaction and the files it names move together: a Ctrl-C then waits until
+    # both are done, and stops the run after them
+    with held_interrupt() as held:
+        committed = stages.commit(ctx, judged)
+    if held:
+        raise StoppedAfterCommit(ctx.assignment, committed.run_id)
+    try:
+        return stages.export(ctx, committed)
+    except OSError as exc:
+        raise GradingError(stages.after_commit_line(exc, ctx, committed.run_id)) from None
+    except KeyboardInterrupt:  # the record holds the run already: say so, not "nothing reached it"
+        raise StoppedAfterCommit(ctx.assignment, committed.run_id) from None
 
 
 def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, roster: Path | None,
-             add_students: bool, db_url: str | None, settings) -> Run:
+             add_students: bool, db_url: str | None, missing: str | None, settings) -> RunContext:
     """Everything a run needs before its first stage; refuses (GradingError) before anything is written."""
     from autograder.backends import backend_for
 
@@ -179,28 +129,28 @@ def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, ro
     reused = None if db_url else gradebook.reused_url_note(paths.root)
     paths.record_url(db_url)
     out = Path(out_dir).resolve() if out_dir else paths.reports(assignment)
-    report = Report(assignment, csv_path=out / "grades.csv", feedback_dir=out / "feedback", out_dir=out)
-    if reused:
-        report.warnings.append(reused)
+    warnings = [reused] if reused else []
     canvas_column = None
     if table is not None:
-        report.warnings.append(table.describe(roster))
+        warnings.append(table.describe(roster))
         canvas_column = table.column_for(spec.title, spec.lms_name, spec.canvas_id, assignment)
         if table.format == "canvas":
-            report.warnings.append(f"canvas.csv column: {canvas_column!r}, as in the export" if canvas_column else
-                                   f"canvas.csv column: no column of the export is {spec.lms_column!r} (or canvas_id "
-                                   f"{spec.canvas_id}); canvas.csv names it {spec.lms_column!r} (set canvas_id or "
-                                   "lms_name of the assignment in course.yml)")
-    run = Run(assignment, source, course, spec, settings, paths, url, report,
-              roster=given if given is not None else classrecord.read_roster(url), roster_given=given is not None,
-              add_students=add_students, canvas_column=canvas_column)
+            warnings.append(f"canvas.csv column: {canvas_column!r}, as in the export" if canvas_column else
+                            f"canvas.csv column: no column of the export is {spec.lms_column!r} (or canvas_id "
+                            f"{spec.canvas_id}); canvas.csv names it {spec.lms_column!r} (set canvas_id or "
+                            "lms_name of the assignment in course.yml)")
+    class_roster = given if given is not None else classrecord.read_roster(url)
+    started = time.monotonic()
     paths.runs.mkdir(parents=True, exist_ok=True)
     _remove_stale_runs(paths.runs)
-    run.folder = paths.runs / uuid.uuid4().hex[:12]
-    run.folder.mkdir()
-    (run.folder / OWNER).write_text(str(os.getpid()))
-    run.backend = backend_for(settings)
-    return run
+    folder = paths.runs / uuid.uuid4().hex[:12]
+    folder.mkdir()
+    (folder / OWNER).write_text(str(os.getpid()))
+    return RunContext(assignment=assignment, source=source, course=course, spec=spec, settings=settings,
+                      paths=paths, url=url, folder=folder, out_dir=out, backend=backend_for(settings),
+                      roster=MappingProxyType(dict(class_roster)), roster_given=given is not None,
+                      add_students=add_students, canvas_column=canvas_column, missing=missing,
+                      warnings=tuple(warnings), started=started)
 
 
 def _remove_stale_runs(runs: Path) -> None:

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 from autograder import SOURCE_DIR
 from autograder.course.errors import GradingError
+
+from .chain import RunContext
+from .intake import Submission
 
 MIN_CELLS = 3  # grade ids of another assignment a notebook must carry to look like it
 
@@ -59,25 +63,26 @@ def looks_like(sub, assignment: str, ids: dict[str, frozenset]) -> tuple[str, st
     return None
 
 
-def screen_assignment(run, subs) -> None:
-    """Mark every submission of another assignment as not graded, or stop the run when most of
-    the batch is one (before anything is written)."""
-    ids = _grade_ids(str(run.paths.course), tuple(run.course.ids))
+def screen_assignment(ctx: RunContext, subs: tuple[Submission, ...]) -> tuple[Submission, ...]:
+    """``subs`` with every submission of another assignment marked as not graded (copies: the
+    submissions given are not changed), or the run stopped when most of the batch is one (before
+    anything is written)."""
+    ids = _grade_ids(str(ctx.paths.course), tuple(ctx.course.ids))
     found = []
     for sub in subs:
         if sub.error or (sub.nb is None and not sub.source):
             continue
-        hit = looks_like(sub, run.assignment, ids)
+        hit = looks_like(sub, ctx.assignment, ids)
         if hit is not None:
             found.append((sub, *hit))
     readable = [s for s in subs if not s.error]
     if found and len(found) * 2 > len(readable):
         others = sorted({other for _, other, _ in found})
         raise GradingError(
-            f"stopped: {len(found)} of {len(readable)} files look like {' or '.join(others)}, not {run.assignment} "
+            f"stopped: {len(found)} of {len(readable)} files look like {' or '.join(others)}, not {ctx.assignment} "
             f"(e.g. {Path(found[0][0].source or found[0][0].file).name}: {found[0][2]}); nothing was graded or written. "
             "Is it the right zip? "
             f"To grade them: python -m autograder grade {others[0]} ...")
-    for sub, other, why in found:
-        sub.error = f"not graded: this file looks like {other}, not {run.assignment} ({why})"
-        sub.nb = None
+    refused = {id(sub): f"not graded: this file looks like {other}, not {ctx.assignment} ({why})"
+               for sub, other, why in found}
+    return tuple(replace(sub, error=refused[id(sub)], nb=None) if id(sub) in refused else sub for sub in subs)

@@ -1,4 +1,8 @@
-"""The stages of a grading run, each ``stage(run, x) -> y`` (``autograder.pipeline.run``).
+"""The stages of a grading run, each ``stage(ctx, previous) -> result`` (run in order by
+``autograder.pipeline.run.grade``): ``ctx`` is the run's frozen ``RunContext``, ``previous`` the
+result of the stage before, and each result is a frozen dataclass of ``autograder.pipeline.chain``
+(the previous one plus what the stage learned).  No stage changes what it was given: a changed
+submission is a copy (``dataclasses.replace``).
 
 Nothing reaches the class record before ``commit``: the stages before it read, check and judge
 into the run's own folder; ``commit`` writes the run into the record in one transaction (with
@@ -11,54 +15,54 @@ import hashlib
 import platform
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import nbformat
 
 from autograder import SOURCE_DIR
 from autograder.authoring.release import release, write_atomic
-from autograder.course.errors import GradingError
+from autograder.course.errors import GradingError, StoppedAfterCommit
+from autograder.course.settings import GradingSettings
 from autograder.records import classrecord, gradebook
 from autograder.records.files import FileChanges, disk_line, replacing
 
 from . import tamper
+from .chain import (Ahead, Collected, Committed, Judged, Prepared, Release, RunContext, Screened, Submissions,
+                    extend)
+from .collect import Entry, collect as unpack, read_report
 from .intake import (IntakeError, Submission, colliding_names, collision_reason, read_submission,
                      student_id_from_name)
 from .results import Report, Result
 from .repair import repair
 from .screen import screen_assignment
 
+if TYPE_CHECKING:  # imported by the run when it picks its backend
+    from autograder.backends import Outcome
 
-@dataclass
-class Release:
-    """The assignment as released into the grading folder's gradebook."""
-
-    assignment: str
-    notebook: str
-    nb: nbformat.NotebookNode
-    max_points: float
+NOTHING_REACHED = "nothing of this run reached the class record"
 
 
-@dataclass
-class Collected:
-    """The files a run was given: a folder, and what became of each entry of the LMS download."""
-
-    folder: Path
-    entries: list        # autograder.pipeline.collect.Entry
+def after_commit_line(exc: OSError, ctx: RunContext, run_id: str) -> str:
+    """One line for a write that failed once the run was in the class record."""
+    return disk_line(exc, ctx.out_dir, f"the run is in the class record (run {run_id[:8]}), with its graded "
+                     "notebooks and feedback; its exports are as they were before it: "
+                     f"python -m autograder export {ctx.assignment} writes them")
 
 
 # ----------------------------------------------------------------------------- release
 
-def released_notebook(run) -> Release:
+def released_notebook(ctx: RunContext) -> Release:
     """The student notebook of the assignment as released (exercises/, generated from solutions/)."""
     from autograder import RELEASE_DIR
 
-    nb_name = f"{run.assignment}.ipynb"
-    nb = nbformat.read(run.paths.course / RELEASE_DIR / run.assignment / nb_name, as_version=4)
+    nb_name = f"{ctx.assignment}.ipynb"
+    nb = nbformat.read(ctx.paths.course / RELEASE_DIR / ctx.assignment / nb_name, as_version=4)
     points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells
                        if c.metadata.get("nbgrader", {}).get("grade")))
-    return Release(run.assignment, nb_name, nb, points)
+    return Release(ctx.assignment, nb_name, nb, points)
 
 
 def prepare_release(assignment: str, grading: Path, root: Path) -> Release:
@@ -94,108 +98,92 @@ def _release_fingerprint(root: Path, assignment: str) -> str:
 
 # ----------------------------------------------------------------------------- 1. collect
 
-def collect(run, source) -> Collected:
+def collect(ctx: RunContext, source: Path) -> Collected:
     """An LMS zip unpacked into the run's folder (every entry gets a row), or a folder of
     ``<student>_<assignment>.ipynb`` files (made by ``collect``, or by hand)."""
-    from .collect import Entry, collect as unpack, read_report
-
     source = Path(source)
     if source.is_file():
         try:
-            entries = unpack(run.assignment, source, run.folder / "collected", by_lms=run.by_lms)
+            entries = unpack(ctx.assignment, source, ctx.folder / "collected", by_lms=ctx.by_lms())
         except SystemExit as exc:  # a zip that cannot be read at all: one line
             raise GradingError(str(exc.code)) from None
-        return Collected(run.folder / "collected", entries)
+        return Collected(ctx.folder / "collected", tuple(entries))
     if not source.is_dir():
         raise GradingError(f"no such zip file or folder: {source}")
     entries = read_report(source)
     if not entries:  # a plain folder: each file is an entry of its own
         entries = [Entry(p.name, target=p.name, status="collected") for p in sorted(source.iterdir())
                    if p.is_file() and not p.name.startswith(".")]
-    return Collected(source, entries)
+    return Collected(source, tuple(entries))
 
 
 # ----------------------------------------------------------------------------- 2. read
 
-class Ahead:
-    """``fn()`` started now in a thread of its own; ``result()`` waits for it and returns its value
-    or raises its exception.  A daemon: a run that stops early does not wait for it."""
-
-    def __init__(self, fn):
-        import threading
-
-        self._value = self._error = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="course-ahead")
-        self._thread.start()
-
-    def _run(self, fn) -> None:
-        try:
-            self._value = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to result()
-            self._error = exc
-
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def read(run, collected: Collected) -> list[Submission]:
+def read(ctx: RunContext, collected: Collected) -> Submissions:
     """Every file read, rebuilt and repaired into a Submission, or given the reason it cannot be
     graded; every entry of the download that is not a notebook keeps its row (as a remark on its
     student's row when that student has a notebook here too).  The sandbox's self-test (seconds,
     in processes of its own) starts first and runs beside the reading; ``prepare`` takes its
     answer."""
+    sandbox_check = None
     if any(e.target for e in collected.entries):
-        settings = run.settings
-        run.checking = Ahead(lambda: run.backend.check(settings))
-    rel = run.rel = released_notebook(run)
-    shown = {c for _, cells in getattr(run.spec, "handed_in_outputs", ()) for c in cells}  # kept for hand grading
+        backend, settings = ctx.backend, ctx.settings
+        sandbox_check = Ahead(lambda: backend.check(settings))
+    rel = released_notebook(ctx)
+    shown = {c for _, cells in ctx.spec.handed_in_outputs for c in cells}  # kept for hand grading
     subs: list[Submission] = []
-    seen: dict[str, Submission] = {}
+    seen: dict[str, int] = {}  # student id -> the position of their graded file in subs
     # two students never share an id (José_x.ipynb and Josè_x.ipynb both make Jos): both refused
     collisions = {n: (sid, names) for sid, names in colliding_names(
-        [e.target for e in collected.entries if e.target], run.assignment).items() for n in names}
+        [e.target for e in collected.entries if e.target], ctx.assignment).items() for n in names}
     for e in (e for e in collected.entries if e.target):
         path = collected.folder / e.target
         if e.target in collisions:
             subs.append(Submission(f"? ({path.name})", path.name, source=e.source,
-                                   error=collision_reason(*collisions[e.target], run.assignment)))
+                                   error=collision_reason(*collisions[e.target], ctx.assignment)))
             continue
         try:
-            sid = student_id_from_name(path, run.assignment)
+            sid = student_id_from_name(path, ctx.assignment)
         except ValueError as exc:
             subs.append(Submission(f"? ({path.name})", path.name, error=str(exc), source=e.source))
             continue
         if sid in seen:
             subs.append(Submission(f"{sid} (duplicate)", path.name, source=e.source,
-                                   error=f"second file for student {sid} ({seen[sid].file} was graded)"))
+                                   error=f"second file for student {sid} ({subs[seen[sid]].file} was graded)"))
             continue
-        sub = seen[sid] = Submission(sid, path.name, late=e.late, source=e.source,
-                                     lms={"lms_id": e.lms_id, "name": e.name})
-        subs.append(sub)
-        try:
-            nb, notes = read_submission(path, sub.handed_in, shown)
-            if untouched(nb, rel.nb):
-                sub.remarks.append(NO_ANSWER)
-            sub.grade_ids = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-                             if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade_id")}
-            notes += repair(nb, rel.nb)
-            sub.nb, sub.notes = nb, notes
-            sub.flags = tamper.scan(nb, rel.nb)
-        except IntakeError as exc:
-            sub.error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - one file never stops the class
-            sub.error = f"could not read {path.name}: {type(exc).__name__}: {exc}"[:300]
-    run.fingerprint = fingerprint(collected)
+        seen[sid] = len(subs)
+        subs.append(_read_one(path, sid, e, rel, shown))
     for e in (e for e in collected.entries if not e.target):
         if e.student_id in seen:  # e.g. an older Canvas file beside the one graded
-            seen[e.student_id].remarks.append(f"{Path(e.source).name}: {e.status}")
+            at = seen[e.student_id]
+            subs[at] = replace(subs[at], remarks=subs[at].remarks + (f"{Path(e.source).name}: {e.status}",))
             continue
         subs.append(Submission(e.student_id or f"? ({e.source})", Path(e.source).name, error=e.status,
                                late=e.late, source=e.source, lms={"lms_id": e.lms_id, "name": e.name}))
-    return subs
+    return Submissions(tuple(subs), fingerprint(collected), sandbox_check)
+
+
+def _read_one(path: Path, sid: str, e: Entry, rel: Release, shown: set) -> Submission:
+    """One student's notebook read, rebuilt, repaired and scanned; or the one line why it cannot be."""
+    handed_in: dict[str, str] = {}  # read_submission fills it
+    nb, notes, flags, remarks, grade_ids, error = None, (), (), (), frozenset(), None
+    try:
+        read_nb, found = read_submission(path, handed_in, shown)
+        if untouched(read_nb, rel.nb):
+            remarks = (NO_ANSWER,)
+        grade_ids = frozenset(c.metadata["nbgrader"]["grade_id"] for c in read_nb.cells
+                              if isinstance(c.metadata.get("nbgrader"), dict)
+                              and c.metadata["nbgrader"].get("grade_id"))
+        found += repair(read_nb, rel.nb)
+        nb, notes = read_nb, tuple(found)
+        flags = tuple(tamper.scan(read_nb, rel.nb))
+    except IntakeError as exc:
+        error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - one file never stops the class
+        error = f"could not read {path.name}: {type(exc).__name__}: {exc}"[:300]
+    return Submission(sid, path.name, nb=nb, error=error, notes=notes, flags=flags, late=e.late,
+                      lms={"lms_id": e.lms_id, "name": e.name}, source=e.source, grade_ids=grade_ids,
+                      remarks=remarks, handed_in=handed_in)
 
 
 NO_ANSWER = "no answer written: every answer cell is still as it was released"
@@ -234,48 +222,50 @@ def fingerprint(collected: Collected) -> str:
 
 # ----------------------------------------------------------------------------- 3. screen
 
-def screen(run, subs: list[Submission]) -> list[Submission]:
+def screen(ctx: RunContext, read: Submissions) -> Screened:
     """Refuse, before anything is written, what does not belong to this run: files of another
     assignment (by their name or their graded cells), and students not on the class's roster
     (unless the instructor adds them, ``--add-students``).  When most of the batch belongs to
     another assignment, the run stops (the wrong zip), and nothing is written."""
-    screen_assignment(run, subs)
-    if run.roster:
-        for sub in subs:
+    subs = list(screen_assignment(ctx, read.submissions))
+    added: list[str] = []
+    if ctx.roster:
+        for at, sub in enumerate(subs):
             if sub.error or sub.student_id.startswith("?") or "(duplicate)" in sub.student_id:
                 continue
-            if sub.student_id not in run.roster:
-                if run.add_students:
-                    run.added.append(sub.student_id)
+            if sub.student_id not in ctx.roster:
+                if ctx.add_students:
+                    added.append(sub.student_id)
                 else:
-                    sub.error = (f"not on the class roster: student {sub.student_id} ({sub.file}); "
-                                 "to add them, grade again with --add-students")
-                    sub.nb = None
-    return subs
+                    subs[at] = replace(sub, nb=None, error=(
+                        f"not on the class roster: student {sub.student_id} ({sub.file}); "
+                        "to add them, grade again with --add-students"))
+    return extend(Screened, read, submissions=tuple(subs), added=tuple(added))
 
 
 # ----------------------------------------------------------------------------- 4. prepare
 
-def prepare(run, subs: list[Submission]) -> list[Submission]:
+def prepare(ctx: RunContext, screened: Screened) -> Prepared:
     """Before any student code runs: the sandbox proved to work where the kernels will run, the
     assignment released into the gradebook (and a copy of it for the workers to start from), the
     offline models built."""
-    run.release = prepare_release(run.assignment, run.paths.root, run.paths.course)
-    if not any(s.nb is not None and not s.error for s in subs):
-        return subs
-    info, warnings = run.checking.result() if run.checking is not None else run.backend.check(run.settings)
-    run.report.warnings += warnings
-    run.info = info
-    run.settings = replace(run.settings, bwrap=info.bwrap, gpu=info.gpu,
-                           provenance=provenance(run.assignment, info))
-    run.staging_gradebook = gradebook.staging_copy(run.url, run.folder / "release.db", run.assignment)
-    if not run.settings.cluster:  # a cluster's workers build their own (backends.cluster)
+    release = prepare_release(ctx.assignment, ctx.paths.root, ctx.paths.course)
+    if not any(s.nb is not None and not s.error for s in screened.submissions):
+        return extend(Prepared, screened, release=release, settings=ctx.settings, staging_gradebook=None,
+                      warnings=())
+    check = screened.sandbox_check
+    info, found = check.result() if check is not None else ctx.backend.check(ctx.settings)
+    warnings = list(found)
+    settings = replace(ctx.settings, bwrap=info.bwrap, gpu=info.gpu, provenance=provenance(ctx.assignment, info))
+    staging = gradebook.staging_copy(ctx.url, ctx.folder / "release.db", ctx.assignment)
+    if not settings.cluster:  # a cluster's workers build their own (backends.cluster)
         from autograder.course.offline_models import warm_models
 
-        warning = warm_models(run.settings.models, run.settings.env)
+        warning = warm_models(settings.models, settings.env)
         if warning:
-            run.report.warnings.append(warning)
-    return subs
+            warnings.append(warning)
+    return extend(Prepared, screened, release=release, settings=settings, staging_gradebook=staging,
+                  warnings=tuple(warnings))
 
 
 def provenance(assignment: str, info) -> str:
@@ -297,75 +287,100 @@ def provenance(assignment: str, info) -> str:
 
 # ----------------------------------------------------------------------------- 5. judge
 
-def judge(run, subs: list[Submission]) -> dict:
+def judge(ctx: RunContext, prepared: Prepared) -> Judged:
     """Every submission that can be graded, judged by the run's backend: one record each."""
     from autograder.backends import Batch
 
-    queue = {s.student_id: s.nb for s in subs if s.nb is not None and not s.error}
-    run.subs = subs
-    if not queue:
-        return {}
-    late = frozenset(s.student_id for s in subs if s.late)
-    return run.backend.judge(Batch(run.assignment, run.release.notebook, queue, run.staging_gradebook,
-                                   run.settings, run.folder, late))
+    queue = {s.student_id: s.nb for s in prepared.submissions if s.nb is not None and not s.error}
+    outcomes = {}
+    if queue:
+        late = frozenset(s.student_id for s in prepared.submissions if s.late)
+        outcomes = ctx.backend.judge(Batch(ctx.assignment, prepared.release.notebook, queue,
+                                           prepared.staging_gradebook, prepared.settings, ctx.folder, late))
+    return extend(Judged, prepared, outcomes=MappingProxyType(dict(outcomes)))
 
 
 # ----------------------------------------------------------------------------- 6. commit
 
-def commit(run, outcomes: dict) -> dict:
+def commit(ctx: RunContext, judged: Judged) -> Committed:
     """The run into the class record, in one transaction: the graded students' rows (a file that
     could not be graded this time leaves no older grade standing), what became of every file,
     the roster, and the history entry with everything it replaced.  Then the graded notebooks
-    and feedback pages move into place, the ones they replace into the history's archive."""
-    change = classrecord.Commit(run.assignment, kind="grade", data={
-        "source": str(run.source), "files": [s.file for s in run.subs], "settings": run.settings_summary()})
-    if run.fingerprint:
-        change.data["fingerprint"] = run.fingerprint
-        before = [r for r in classrecord.history(run.url, run.assignment) if r.kind == "grade"]
-        same = [r for r in before if not r.data.get("undone_by") and r.data.get("fingerprint") == run.fingerprint]
-        run.report.graded_before = bool(before)
-        run.report.same_as = same[-1].seq if same else None
-    exports = {k: v for k, v in (("canvas_column", run.canvas_column), ("missing", run.missing)) if v}
-    if exports:
-        change.data["exports"] = exports
-    for sid, out in outcomes.items():
-        rows = classrecord.staged_rows(f"sqlite:///{out.gradebook}", run.assignment, [sid]) if out.graded else {}
-        change.submissions[sid] = rows.get(sid) if out.graded else None
-        if out.graded:
-            change.answers[sid] = _written_answers_changed(run, sid, out)
-    for sub in run.subs:
-        out = outcomes.get(sub.student_id)
-        named = not sub.student_id.startswith("?") and "(duplicate)" not in sub.student_id
-        reason = sub.error or ("" if out is None or out.graded else out.cause)
-        notes = "; ".join(sub.remarks + (["repaired before grading: " + "; ".join(sub.notes)] if sub.notes else [])
-                          + (out.notes if out else []))
-        change.intake[sub.student_id if named else f"file:{sub.file}"] = {
-            "student_id": sub.student_id if named else "", "file": sub.file, "reason": reason, "late": sub.late,
-            "notes": notes, "lms": {k: v for k, v in sub.lms.items() if v}}
-    if run.roster_given or run.added:
-        roster = dict(run.roster)
-        for sid in run.added:
-            roster[sid] = {"student_id": sid, "added": "yes"}
-        change.roster = roster
+    and feedback pages move into place, the ones they replace into the history's archive.
+    A write that fails (a full disk) is one line saying whether the run reached the record; a
+    Ctrl-C once it has (where the caller does not hold it) stops the run with StoppedAfterCommit."""
+    try:
+        change, graded_before, same_as = _change(ctx, judged)
+    except OSError as exc:
+        raise GradingError(disk_line(exc, ctx.paths.root, NOTHING_REACHED)) from None
     run_id = uuid.uuid4().hex
-    staged = FileChanges(run.paths.root, run.assignment, run_id, "grade")
+    staged = FileChanges(ctx.paths.root, ctx.assignment, run_id, "grade")
     try:  # every file the run names staged (and undo's copies made) before the transaction
-        _stage_files(run, outcomes, staged)
-        _stage_copies(run, change, staged)
+        _stage_files(ctx, judged, staged)
+        _stage_copies(ctx, change, staged)
         staged.journal()
-        run.run_id, run.changes = classrecord.commit(run.url, change, run_id=run_id)
+        run_id, changes = classrecord.commit(ctx.url, change, run_id=run_id)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt):  # a kill leaves the journal: the next start rolls back
             staged.discard()
         if isinstance(exc, OSError):
-            raise GradingError(disk_line(exc, run.paths.root, "nothing of this run reached the class record")) from None
+            raise GradingError(disk_line(exc, ctx.paths.root, NOTHING_REACHED)) from None
         if _disk_full(exc):
             raise GradingError(f"the gradebook could not be written ({_first_line(exc)}): nothing of this run "
                                "reached the class record") from None
         raise
-    run.rehand = change.rehand
-    staged.apply()  # renames only: no byte to write, nothing a full disk stops
-    return outcomes
+    try:
+        staged.apply()  # renames only: no byte to write, nothing a full disk stops
+    except OSError as exc:
+        raise GradingError(after_commit_line(exc, ctx, run_id)) from None
+    except KeyboardInterrupt:
+        raise StoppedAfterCommit(ctx.assignment, run_id) from None
+    return extend(Committed, judged, run_id=run_id, changes=tuple(changes),
+                  rehand=tuple(tuple(r) for r in change.rehand), graded_before=graded_before, same_as=same_as)
+
+
+def _change(ctx: RunContext, judged: Judged) -> tuple[classrecord.Commit, bool, int | None]:
+    """What the run puts into the class record; whether an earlier run graded the assignment, and
+    the earlier run that graded the very same files."""
+    subs, outcomes = judged.submissions, judged.outcomes
+    change = classrecord.Commit(ctx.assignment, kind="grade", data={
+        "source": str(ctx.source), "files": [s.file for s in subs], "settings": settings_summary(judged.settings)})
+    graded_before, same_as = False, None
+    if judged.fingerprint:
+        change.data["fingerprint"] = judged.fingerprint
+        before = [r for r in classrecord.history(ctx.url, ctx.assignment) if r.kind == "grade"]
+        same = [r for r in before if not r.data.get("undone_by") and r.data.get("fingerprint") == judged.fingerprint]
+        graded_before = bool(before)
+        same_as = same[-1].seq if same else None
+    exports = {k: v for k, v in (("canvas_column", ctx.canvas_column), ("missing", ctx.missing)) if v}
+    if exports:
+        change.data["exports"] = exports
+    for sid, out in outcomes.items():
+        rows = classrecord.staged_rows(f"sqlite:///{out.gradebook}", ctx.assignment, [sid]) if out.graded else {}
+        change.submissions[sid] = rows.get(sid) if out.graded else None
+        if out.graded:
+            change.answers[sid] = _written_answers_changed(ctx, judged.release, sid, out)
+    for sub in subs:
+        out = outcomes.get(sub.student_id)
+        named = not sub.student_id.startswith("?") and "(duplicate)" not in sub.student_id
+        reason = sub.error or ("" if out is None or out.graded else out.cause)
+        notes = "; ".join(list(sub.remarks) + (["repaired before grading: " + "; ".join(sub.notes)] if sub.notes
+                                               else []) + (out.notes if out else []))
+        change.intake[sub.student_id if named else f"file:{sub.file}"] = {
+            "student_id": sub.student_id if named else "", "file": sub.file, "reason": reason, "late": sub.late,
+            "notes": notes, "lms": {k: v for k, v in sub.lms.items() if v}}
+    if ctx.roster_given or judged.added:
+        roster = dict(ctx.roster)
+        for sid in judged.added:
+            roster[sid] = {"student_id": sid, "added": "yes"}
+        change.roster = roster
+    return change, graded_before, same_as
+
+
+def settings_summary(settings: GradingSettings) -> dict:
+    """The settings a run's history entry keeps."""
+    keep = ("cell_timeout", "notebook_timeout", "memory_mb", "workers", "sandbox", "cluster", "env", "bwrap", "gpu")
+    return {k: v for k, v in asdict(settings).items() if k in keep}
 
 
 def _disk_full(exc: BaseException) -> bool:
@@ -378,32 +393,30 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _written_answers_changed(run, sid: str, out) -> dict:
+def _written_answers_changed(ctx: RunContext, rel: Release, sid: str, out: Outcome) -> dict:
     """grade_id -> whether the student's answer to that hand-graded cell differs (normalised)
     from the one of their submission in the record (its graded notebook); an earlier notebook
     that cannot be read counts as changed: no hand grade moves onto an answer nobody saw."""
     from autograder.course.cells import answers_in, graded_cells, normalised_answer
 
-    rel = run.release or run.rel
     manual = [c.grade_id for c in graded_cells(rel.nb) if c.kind == "manual"]
     if not manual:
         return {}
-    name = run.release.notebook if run.release else f"{run.assignment}.ipynb"
-    old = answers_in(run.paths.step("autograded", sid, run.assignment) / name, manual)
+    old = answers_in(ctx.paths.step("autograded", sid, ctx.assignment) / rel.notebook, manual)
     new = answers_in(out.autograded, manual) if out.autograded is not None else None
     return {gid: old is None or new is None
             or normalised_answer(old.get(gid, "")) != normalised_answer(new.get(gid, "")) for gid in manual}
 
 
-def _stage_files(run, outcomes: dict, staged: FileChanges) -> None:
+def _stage_files(ctx: RunContext, judged: Judged, staged: FileChanges) -> None:
     """Graded notebooks and feedback pages staged for nbgrader's folders; the files they replace
     (and those of a student whose new file could not be graded) copied into the run's archive.
     Beside a graded notebook: the outputs its student handed in, where course.yml keeps them."""
     from autograder.text.outputs import HANDED_IN_FILE, write_handed_in
 
-    name = run.release.notebook if run.release else f"{run.assignment}.ipynb"
-    handed_in = {s.student_id: s.handed_in for s in run.subs if getattr(run.spec, "handed_in_outputs", ())}
-    for sid, out in outcomes.items():
+    name = judged.release.notebook
+    handed_in = {s.student_id: s.handed_in for s in judged.submissions if ctx.spec.handed_in_outputs}
+    for sid, out in judged.outcomes.items():
         staged.keep(sid)
         for step, new, filename in (("autograded", out.autograded, name),
                                     ("feedback", out.feedback, name.replace(".ipynb", ".html"))):
@@ -413,39 +426,43 @@ def _stage_files(run, outcomes: dict, staged: FileChanges) -> None:
                 kept.mkdir(exist_ok=True)
                 write_handed_in(kept, handed_in[sid])
                 files[HANDED_IN_FILE] = kept / HANDED_IN_FILE
-            staged.put_files(run.paths.step(step, sid, run.assignment), files)
+            staged.put_files(ctx.paths.step(step, sid, ctx.assignment), files)
 
 
-def _stage_copies(run, change, staged: FileChanges) -> None:
+def _stage_copies(ctx: RunContext, change: classrecord.Commit, staged: FileChanges) -> None:
     """A readable copy of the roster, and the notebooks this run collected from an LMS download."""
     from autograder.text import csvsafe
 
-    saved = change.roster if change.roster is not None else classrecord.read_roster(run.url)
+    saved = change.roster if change.roster is not None else classrecord.read_roster(ctx.url)
     if saved:
         columns = ["student_id", "lms_id", "name", "email", "login", "section"]
-        staged.put_text(run.paths.roster_copy, lambda path: csvsafe.write(
+        staged.put_text(ctx.paths.roster_copy, lambda path: csvsafe.write(
             path, columns, [[row.get(c, "") for c in columns] for _, row in sorted(saved.items())]))
-    if run.collected_folder is not None and run.collected_folder.is_relative_to(run.folder):
-        staged.put_moved(run.paths.collected(run.assignment), run.collected_folder)
+    collected = ctx.collected_here()
+    if collected is not None and collected.is_relative_to(ctx.folder):
+        staged.put_moved(ctx.paths.collected(ctx.assignment), collected)
 
 
 # ----------------------------------------------------------------------------- 7. export
 
-def export(run, outcomes: dict) -> Report:
+def export(ctx: RunContext, committed: Committed) -> Report:
     """Every file of the assignment rebuilt from the class record (grades.csv, canvas.csv,
     moodle.csv, plots, a feedback page for every student of the class), and the run's summary."""
     from autograder.records.export import export as write_exports
 
-    report = run.report
-    rel = run.release or run.rel
-    result = write_exports(run.assignment, run.paths.root, report.out_dir, rel.nb, run.spec.lms_column,
-                           run.spec.canvas_id, pages=True, provenance=run.settings.provenance)
+    out_dir = ctx.out_dir
+    report = Report(ctx.assignment, csv_path=out_dir / "grades.csv", feedback_dir=out_dir / "feedback",
+                    out_dir=out_dir, warnings=list(ctx.warnings + committed.warnings),
+                    graded_before=committed.graded_before, same_as=committed.same_as)
+    rel, outcomes = committed.release, committed.outcomes
+    result = write_exports(ctx.assignment, ctx.paths.root, out_dir, rel.nb, ctx.spec.lms_column,
+                           ctx.spec.canvas_id, pages=True, provenance=committed.settings.provenance)
     report.missing = result.missing
     report.missing_students = [r.student_id for r in result.rows
                                if r.status != "graded" and not r.student_id.startswith("?")]
     rows = {row.student_id: row for row in result.rows}
     listed = set()
-    for sub in run.subs:
+    for sub in committed.submissions:
         out = outcomes.get(sub.student_id)
         r = Result(sub.student_id, sub.file, max_score=rel.max_points, flags=list(sub.flags), late=sub.late)
         if sub.error:
@@ -466,7 +483,7 @@ def export(run, outcomes: dict) -> Report:
                 r.pending = row.pending
                 if row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
                     r.note(row.summary(result.auto_max))
-        for student, gid, points in getattr(run, "rehand", []):
+        for student, gid, points in committed.rehand:
             if student == sub.student_id:
                 r.flags.append(f"written answer {gid} changed since it was hand-graded ({points:g} points "
                                "before): awaiting a grader again")
@@ -474,18 +491,18 @@ def export(run, outcomes: dict) -> Report:
             r.note("submitted LATE")
         report.results.append(r)
         listed.add(sub.student_id)
-    for sid in sorted(run.roster):  # the class is the roster: whoever on it has no grade is listed
+    for sid in sorted(ctx.roster):  # the class is the roster: whoever on it has no grade is listed
         row = rows.get(sid)
         if sid in listed or row is None or row.status == "graded":
             continue
         report.absent.append(Result(sid, row.file, max_score=rel.max_points,
                                     status="no submission" if row.status == "no submission" else "error",
                                     message=row.reason or row.status))
-    ids = run.paths.collected(run.assignment) / ".lms_ids.csv"  # the LMS identities of this download
-    if run.collected_folder is None and ids.exists() and run.source.is_file():
-        with replacing(report.out_dir / "lms_ids.csv", "wb") as fh:
+    ids = ctx.paths.collected(ctx.assignment) / ".lms_ids.csv"  # the LMS identities of this download
+    if ctx.collected_here() is None and ids.exists() and ctx.source.is_file():
+        with replacing(out_dir / "lms_ids.csv", "wb") as fh:
             fh.write(ids.read_bytes())
-    report.changes = list(run.changes)
-    report.run_id = run.run_id
-    report.seconds = time.monotonic() - run.started
+    report.changes = list(committed.changes)
+    report.run_id = committed.run_id
+    report.seconds = time.monotonic() - ctx.started
     return report
