@@ -201,8 +201,7 @@ def test_the_flags_of_grade_reach_the_runs_settings():
 # a name used as an environment variable: quoted, set as a keyword or in a shell, or read in a shell
 _ENV_USE = r"""(?:["']|\$\{?|\b)(COURSE_[A-Z0-9_]*[A-Z0-9])(?:["'=:}]|\s*\))"""
 # files that still read their variables straight from os.environ, and why
-_PENDING = {"coursekit/llm.py": "being split into a package by another change; it keeps its own _env for now",
-            "autograder/pipeline/run.py": "being restructured by another change (COURSE_KEEP_WORKERS)"}
+_PENDING: dict = {}  # a file that still reads a variable directly, and why (none today)
 
 
 def _code_files():

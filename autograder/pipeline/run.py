@@ -40,6 +40,7 @@ from autograder.isolation.scratch import OWNER, remove_tree
 from autograder.records import classrecord, gradebook
 from autograder.records.files import disk_line, held_interrupt, recover
 from autograder.records.writer import RecordBusy, writing
+from coursekit import envvars
 
 from . import stages
 from .chain import RunContext
@@ -78,7 +79,7 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
         except RecordBusy as exc:
             raise GradingError(str(exc)) from None
     finally:
-        if not os.environ.get("COURSE_KEEP_WORKERS"):  # keep the run's folder to debug a run
+        if not envvars.get("COURSE_KEEP_WORKERS"):  # keep the run's folder to debug a run
             remove_tree(ctx.folder)
 
 

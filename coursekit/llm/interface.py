@@ -72,12 +72,12 @@ same from a shell, e.g. for a lecturer who serves the course model to a class.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from coursekit.llm.base import LanguageModel, LLMError, UnsupportedSetting, _short
 from coursekit.llm.local import HUB_CHAT_MODEL, LlamaCppModel, LocalHubChat, LocalOfflineChat, LocalSmallGPT
 from coursekit.llm.openai_client import DEFAULT_BASE_URL, MAX_REPLY_MB, OpenAIModel
+from coursekit import envvars
 from coursekit.models import model_source
 
 __all__ = ["BACKENDS", "KINDS", "LLMError", "UnsupportedSetting", "LanguageModel", "Settings", "llm_settings",
@@ -104,7 +104,7 @@ class Settings:
 
 
 def _env(name: str, default: str = "") -> str:
-    return os.environ.get(name, "").strip() or default
+    return (envvars.get(name) or "").strip() or default
 
 
 def llm_settings(backend: str | None = None, model: str | None = None, base_url: str | None = None,
