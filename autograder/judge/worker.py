@@ -335,8 +335,7 @@ def serve(requests, replies) -> int:
     validate_metadata_once()
     from nbgrader.apps import autogradeapp, generatefeedbackapp  # noqa: F401 - imported ahead
 
-    from . import execute  # noqa: F401
-    from .runner import judge_namespace  # noqa: F401
+    from .runner import judge_namespace  # noqa: F401 - with the kernel's client
     import torch  # noqa: F401 - the judge's namespace imports it
 
     replies.write(json.dumps({"ready": os.getpid()}) + "\n")
