@@ -15,12 +15,16 @@ processes of one thread each (started before the clock, as an instructor's clust
 be running already, with the course's Dask settings ``autograder/backends/dask-grading.yaml``, or
 Dask's defaults with ``--dask-defaults``); target: within 10 % of ``--workers`` (issue
 "Grading beyond one machine").
+Also prints the floor (``grading_profile.floor``: the same submissions' cells and every test
+cell, visible and hidden, run in one warm process, no kernel, no sandbox, no nbgrader) and each
+run's ratio to it, and where one submission's time goes (``grading_profile.breakdown``: a
+``grade`` of ``--stages`` submissions, every stage timed, the judge profiled in-process).
 ``--breakdown`` also grades the same submissions with ``--workers 1``, to tell the
 gain of running in parallel from the gain per submission (one process per worker
 for autograde and feedback, kernels killed once their notebook has run, cheaper
 feedback pages).
 
-    python benchmarks/autograde.py --n 40 --workers 2 [--cluster [--dask-defaults]] [--breakdown]
+    python benchmarks/autograde.py --n 40 --workers 2 [--cluster [--dask-defaults]] [--breakdown] [--stages 8]
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from autograder.pipeline.run import grade  # noqa: E402
 from autograder.authoring.release import release  # noqa: E402
 from autograder.records.gradebook import scores  # noqa: E402
 from conftest import read_nb, set_solution  # noqa: E402
+from grading_profile import breakdown, floor, print_breakdown  # noqa: E402
 
 WRONG = {
     "calculate_multihead_attention": "hs = q.size(-1)\nscores = q @ k.transpose(-2, -1) / math.sqrt(hs)\n"
@@ -106,6 +111,8 @@ def main() -> None:
     ap.add_argument("--cluster", action="store_true", help="also grade on a local Dask cluster with --workers workers")
     ap.add_argument("--dask-defaults", action="store_true",
                     help="start that cluster with Dask's default settings, not autograder/backends/dask-grading.yaml")
+    ap.add_argument("--stages", type=int, default=8,
+                    help="submissions in the profiled stage breakdown (0: no breakdown)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
         tmp = Path(tmp)
@@ -141,17 +148,26 @@ def main() -> None:
                 scores = {r.student_id: r.score for r in report.results if r.status == "graded"}
                 label = "Dask defaults" if args.dask_defaults else "dask-grading.yaml"
                 runs[f"grade --cluster ({args.workers} workers, {label})"] = (time.perf_counter() - t, scores)
-        print(f"{'run':<48}{'total s':>9}{'s/submission':>14}{'speed-up':>10}  identical scores")
-        print(f"{'sequential nbgrader autograde':<48}{t_seq:9.1f}{t_seq / args.n:14.2f}{1:9.2f}x")
+        floor_s, _ = floor(sorted(subs.glob("*.ipynb")))
+        rows = breakdown(subs, tmp, args.stages, args.sandbox) if args.stages > 0 else []
+        print(f"{'run':<48}{'total s':>9}{'s/submission':>14}{'speed-up':>10}{'x floor':>9}  identical scores")
+        print(f"{'floor: cells + tests, one warm process, 1 core':<48}{floor_s * args.n:9.1f}{floor_s:14.3f}"
+              f"{t_seq / (floor_s * args.n):9.2f}x{1:9.2f}")
+        print(f"{'sequential nbgrader autograde':<48}{t_seq:9.1f}{t_seq / args.n:14.2f}{1:9.2f}x"
+              f"{t_seq / args.n / floor_s:9.2f}")
         for label, (seconds, ours) in runs.items():
             same = all(abs(seq.get(s, 0.0) - ours.get(s, 0.0)) < 1e-9 for s in set(seq) | set(ours))
-            print(f"{label:<48}{seconds:9.1f}{seconds / args.n:14.2f}{t_seq / seconds:9.2f}x  {same}")
+            print(f"{label:<48}{seconds:9.1f}{seconds / args.n:14.2f}{t_seq / seconds:9.2f}x"
+                  f"{seconds / args.n / floor_s:9.2f}  {same}")
         main_run = runs[f"autograder grade --workers {args.workers} (+feedback)"][0]
         print(f"speed-up with --workers {args.workers}: {t_seq / main_run:.2f}x (targets: >= 2x, issue 16: >= 3x); "
               f"submissions: {args.n}; sandbox: {'on' if 'WITHOUT' not in report.table() else 'off'}")
         cluster_runs = [v[0] for k, v in runs.items() if "--cluster" in k]
         if cluster_runs:
             print(f"--cluster vs --workers {args.workers}: {cluster_runs[0] / main_run - 1:+.1%} time (target: within 10%)")
+        if rows:
+            print(f"\nwhere one submission's time goes ({args.stages} submissions after a warm-up one):")
+            print_breakdown(rows, floor_s)
 
 
 if __name__ == "__main__":

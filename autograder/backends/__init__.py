@@ -37,6 +37,9 @@ class Batch:
 
 
 class Backend(Protocol):
+    # how many submissions the run expects to judge, once its files are listed (a hint: the
+    # local backend starts no more grading processes than that); None when not known
+    expected: int | None
     def check(self, settings: GradingSettings) -> tuple[SandboxInfo, list[str]]:
         """The sandbox where the kernels will run, proved to work; warnings for the instructor."""
 

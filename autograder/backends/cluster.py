@@ -248,6 +248,8 @@ def connect(address: str, wait: bool = False):
 class DaskBackend:
     """Grading on the workers of a Dask scheduler (``settings.cluster``)."""
 
+    expected: int | None = None  # (the cluster's workers run already)
+
     def check(self, settings: GradingSettings):
         return check_workers(settings, list(settings.models))
 

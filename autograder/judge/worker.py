@@ -60,6 +60,52 @@ def validate_metadata_once() -> None:
     common.jsonschema = types.SimpleNamespace(validate=validate)
 
 
+def scratch_gradebook_engines() -> None:
+    """nbgrader opens its gradebook (``nbgrader.api.Gradebook``) about ten times a submission,
+    each time with a new SQLAlchemy engine (every statement compiled again), the tables checked
+    again, and every commit of a SQLite file synced to disk.  A job's gradebook is a scratch copy
+    (a SQLite file beside its job file; the class record is written by the pipeline's commit, in a transaction of its own; a run
+    that dies before it is discarded whole): here one engine per database serves them all, the
+    tables are checked once, and a SQLite copy is written without syncing each commit."""
+    import sqlalchemy
+    from nbgrader import api
+
+    if getattr(api.create_engine, "course_cached", False):
+        return
+    engines: dict = {}
+
+    def create_engine(url, **kwargs):
+        text = str(url)
+        if not (text.startswith("sqlite:///") and (Path(text[len("sqlite:///"):]).parent / JOB_FILE).is_file()):
+            return sqlalchemy.create_engine(url, **kwargs)  # not a job's scratch copy: as nbgrader does
+        key = json.dumps([text, sorted(kwargs.items())], default=str)
+        if key not in engines:
+            for old in engines.values():  # the previous job's: one at a time
+                old.dispose()
+            engines.clear()
+            engine = sqlalchemy.create_engine(url, **kwargs)
+
+            @sqlalchemy.event.listens_for(engine, "connect")
+            def _no_sync(connection, _record):
+                connection.execute("PRAGMA synchronous=OFF")
+            engines[key] = engine
+        return engines[key]
+
+    create_engine.course_cached = True
+    checked: set = set()
+    create_all = api.Base.metadata.create_all
+
+    def create_all_once(bind=None, **kwargs):
+        if bind is not None and id(bind) in checked and bind in engines.values():
+            return
+        create_all(bind=bind, **kwargs)
+        if bind is not None:
+            checked.add(id(bind))
+
+    api.create_engine = create_engine
+    api.Base.metadata.create_all = create_all_once
+
+
 def record_outcomes() -> None:
     """Make nbgrader's autograde step leave, per student, the record the grader trusts: the
     reason nbgrader refused or failed a submission (its own message, not a later step's), and
@@ -214,6 +260,7 @@ class Job:
     def run_here(self) -> int:
         """nbgrader's autograde, then its feedback, in this process (environment: ``env()``)."""
         validate_metadata_once()
+        scratch_gradebook_engines()
         record_outcomes()
         from nbgrader.apps.autogradeapp import AutogradeApp
         from nbgrader.apps.generatefeedbackapp import GenerateFeedbackApp
@@ -270,13 +317,76 @@ class Job:
         return "autograde failed: " + (lines[-1][:200] if lines else "the grading process stopped")
 
 
+SERVE = "--serve"
+
+
+def serve(requests, replies) -> int:
+    """A grading process that runs one job after another, as a Dask worker does: started
+    ahead of the work (its imports, nbgrader's and torch's, are paid once, while the grader
+    reads the submissions), then given jobs one line at a time on ``requests``
+    (``{"job": FOLDER/job.json, "env": {...}}``) and answering each on ``replies``
+    (``{"job": ..., "status": ...}``) once the job's records are written.  What a job prints
+    goes to its folder's ``log.txt``.  The kernel zygote and the spare kernel of one job serve
+    the next ones (``JudgedExecute``); each submission still gets a fresh sandboxed kernel.
+    Ends at the end of ``requests``."""
+    import tempfile
+    import traceback
+
+    validate_metadata_once()
+    from nbgrader.apps import autogradeapp, generatefeedbackapp  # noqa: F401 - imported ahead
+
+    from .runner import judge_namespace  # noqa: F401 - with the kernel's client
+    import torch  # noqa: F401 - the judge's namespace imports it
+
+    replies.write(json.dumps({"ready": os.getpid()}) + "\n")
+    replies.flush()
+    for line in requests:
+        request = json.loads(line)
+        job = Job.load(Path(request["job"]))
+        (job.folder / "worker.pid").write_text(str(os.getpid()))  # which process holds the job
+        log = os.open(job.folder / "log.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        status = 1
+        try:
+            with environ(dict(request["env"])):
+                tempfile.tempdir = None  # TMPDIR changed
+                torch.set_num_threads(job.threads)
+                try:
+                    status = job.run_here()
+                except Exception:  # noqa: BLE001 - the job's records say what became of each student
+                    traceback.print_exc()
+                finally:
+                    tempfile.tempdir = None
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (*saved, log):
+                os.close(fd)
+        replies.write(json.dumps({"job": request["job"], "status": status}) + "\n")
+        replies.flush()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1:
-        raise SystemExit("usage: python -m autograder.judge.worker FOLDER/job.json")
+        raise SystemExit(f"usage: python -m autograder.judge.worker FOLDER/job.json | {SERVE}")
     from autograder.isolation.sandbox import die_with_parent
 
     die_with_parent("COURSE_GRADER_PID")  # a grade that is killed takes its workers with it
+    if argv[0] == SERVE:
+        # replies on the stdout it was given; everything printed goes elsewhere (the job's log)
+        replies = os.fdopen(os.dup(1), "w")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        return serve(sys.stdin, replies)
     job = Job.load(Path(argv[0]))
     with environ(job.settings.env):  # the assignment's environment, for the judge in this process
         return job.run_here()
