@@ -29,13 +29,56 @@ where the book's renderer (``coursekit.sphinx_book.FigureRenderer``) reads them.
 (``"text_px"``). The book never shows a figure smaller than the size at which that text is
 ``MIN_TEXT_PX`` pixels high: where the text column is narrower (a phone), the figure keeps
 that size and scrolls sideways inside its frame (``book/_static/course.css``).
+
+Scale
+-----
+A page whose experiment trains or measures for long sets ``SCALE = page_scale(1)`` in its
+imports cell and sizes the experiment from ``SCALE`` alone (steps, rows, held-out items).  The
+book runs it at the default.  ``COURSE_PROFILE=smoke`` in the environment (the course's Colab
+tier, which asks only whether every cell runs on Colab's packages) makes ``page_scale`` return
+``SMOKE_FRACTION`` of the default instead.  A conclusion that the page asserts at run time, and
+that needs the default's amount of training, goes through ``check_claim``: at the smoke scale a
+claim that does not hold prints a note instead of failing.
 """
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Any, Sequence
 
-__all__ = ["glue", "heatmap", "fit_loglog_slope", "set_style", "show", "show_source"]
+__all__ = ["check_claim", "glue", "heatmap", "fit_loglog_slope", "page_scale", "set_style", "show", "show_source"]
+
+PROFILE_VARIABLE = "COURSE_PROFILE"
+PROFILES = ("full", "cpu", "smoke")  # the exercises' profiles; a page tells only "smoke" from the rest
+SMOKE_FRACTION = 1 / 8  # the share of its default scale a page runs at under COURSE_PROFILE=smoke
+
+
+def smoke_run() -> bool:
+    """Whether ``COURSE_PROFILE`` asks for the smoke scale (unset or empty: no)."""
+    profile = os.environ.get(PROFILE_VARIABLE, "").strip().lower()
+    if profile and profile not in PROFILES:
+        raise ValueError(f"{PROFILE_VARIABLE}={os.environ[PROFILE_VARIABLE]!r} is not a profile: "
+                         f"use one of {', '.join(PROFILES)}")
+    return profile == "smoke"
+
+
+def page_scale(default: int = 1) -> float:
+    """A page's ``SCALE``: ``default`` as the book runs it; ``SMOKE_FRACTION`` of it (a float, so
+    sizes are written ``round(n * SCALE)``) when ``COURSE_PROFILE=smoke``."""
+    if isinstance(default, bool) or not isinstance(default, numbers.Real) or not default > 0:
+        raise ValueError(f"page_scale: the default scale must be a positive number, not {default!r}")
+    return default * SMOKE_FRACTION if smoke_run() else default
+
+
+def check_claim(holds: bool, message: str) -> None:
+    """Assert a conclusion the page draws from its experiment.  At the smoke scale the experiment
+    is too small to show it, so a claim that does not hold prints a note there instead."""
+    if holds:
+        return
+    if smoke_run():
+        print(f"(smoke scale, COURSE_PROFILE=smoke: not checked here: {message})")
+        return
+    raise AssertionError(message)
 
 
 def _plain(value: Any) -> Any:

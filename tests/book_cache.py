@@ -18,6 +18,7 @@ class _BookPagesIntoCache:
     def __init__(self):
         self.failed: set[str] = set()
         self.ran: dict[str, int] = {}
+        self.cached: set[str] = set()  # pages whose nbval run went into the cache in this session
 
     @staticmethod
     def _page(item) -> Path | None:
@@ -55,10 +56,28 @@ class _BookPagesIntoCache:
 
             get_cache(str(BOOK_CACHE)).cache_notebook_bundle(
                 CacheBundleIn(nb, str(page), data={"source": "nbval"}), check_validity=False, overwrite=True)
+            self.cached.add(str(page))
         except Exception as err:  # only an optimisation: the build then executes the page itself
             print(f"\n(book cache: {page.name} not cached: {err})")
 
 
+PLUGIN = "book-pages-into-cache"
+
+
+def built_from_cache(page: Path) -> bool | None:
+    """Whether the execution cache's record for ``page`` as it is now came from nbval (True), from an
+    execution of its own by the book build (False), or there is none (None)."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(BOOK_CACHE))
+    try:
+        record = cache.match_cache_notebook(nbformat.read(page, as_version=4))
+    except KeyError:
+        return None
+    return record.data.get("source") == "nbval"
+
+
 def register(config) -> None:
     """Install the plugin (conftest.py calls this from pytest_configure)."""
-    config.pluginmanager.register(_BookPagesIntoCache(), "book-pages-into-cache")
+    config.pluginmanager.register(_BookPagesIntoCache(), PLUGIN)

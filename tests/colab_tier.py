@@ -8,7 +8,9 @@ the one difference. Each run's cells come back as JSON (text, errors).
 
 The tier asks whether every cell runs on Colab's packages, not how well a model learns: the
 exercises run at their smallest scale (``COURSE_PROFILE=smoke``, ``TIER_SCALE``: finetune trains on
-96 rows instead of 1,200). The grading of the ``cpu`` profile, accuracy included, is checked by
+96 rows instead of 1,200), and so do the book pages whose experiments take long: their ``SCALE``
+comes from ``coursekit.book.page_scale``, an eighth of the book's under that profile, and a
+conclusion such a page asserts is only printed as a note there (``coursekit.book.check_claim``). The grading of the ``cpu`` profile, accuracy included, is checked by
 tests/test_finetune.py and, on Colab's packages, by tests/test_colab_grading.py.
 """
 from __future__ import annotations

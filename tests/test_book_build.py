@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from html import unescape
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,19 @@ def test_the_build_reads_no_environment_folder(tmp_path):
         (tmp_path / rel).write_text("---\n{{ card_data }}\n---\n")
     read = sorted(get_matching_files(tmp_path, include_patterns=["**"], exclude_patterns=patterns))
     assert read == ["book/page.md"], f"the book build would read {read}"
+
+def test_the_build_executed_no_page_that_nbval_ran(request):
+    """Each page is executed once per suite run: the build takes every page that nbval ran in full in
+    this session from the execution cache (tests/book_cache.py) instead of executing it again."""
+    from book_cache import PLUGIN, built_from_cache
+
+    cached = request.config.pluginmanager.get_plugin(PLUGIN).cached
+    if not cached:
+        pytest.skip("nbval ran no book page in full in this session (run the book's pages first)")
+    request.getfixturevalue("built_book")  # the build, after nbval's runs
+    again = [Path(p).name for p in sorted(cached) if built_from_cache(Path(p)) is not True]
+    assert not again, f"the book build executed again what nbval had run: {again}"
+
 
 def test_every_page_makes_figures():
     # the checks below compare against these counts: a page whose figures are not counted

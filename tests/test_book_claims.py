@@ -407,7 +407,9 @@ def test_position_schemes_are_compared_over_several_runs_and_the_text_says_only_
     text = prose(nb)
     never_says(text, "have to learn what the others get for free", "are therefore not evidence",
                "agrees in direction", "`SEEDS = 1`", "a second RoPE run")
-    defaults = {t.id: ast.literal_eval(node.value) for node in ast.parse(source(nb, "p12-imports")).body
+    # SCALE = page_scale(1): the default scale is the call's argument (coursekit.book.page_scale)
+    defaults = {t.id: ast.literal_eval(node.value.args[0] if isinstance(node.value, ast.Call) else node.value)
+                for node in ast.parse(source(nb, "p12-imports")).body
                 if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
                 and t.id in ("SEEDS", "SCALE")}
     assert defaults["SEEDS"] >= 3 and defaults["SCALE"] == 1
@@ -662,3 +664,43 @@ def test_preference_page_concludes_only_what_its_numbers_show():
     assert run(ordering, end=end([0.9, 0.4, 0.1]))[0]["p17_beta_says"].startswith("the larger β, the smaller")
     assert "against the usual" in run(ordering, end=end([0.1, 0.4, 0.9]))[0]["p17_beta_says"]
     assert "no ordering" in run(ordering, end=end([0.4, 0.9, 0.1]))[0]["p17_beta_says"]
+
+
+# The pages whose experiments take longest (issue 36): the Colab tier runs them at COURSE_PROFILE=smoke
+HEAVY_PAGES = ["05_encoder_decoder", "06_bert", "07_gpt", "09_lora", "11_positions", "14_scaling", "16_instruction_tuning"]
+SIZE_NAMES = {"SCALE", "round", "min", "max"}
+
+
+def sizes_from_scale(nb) -> list[tuple[str, str]]:
+    """(target, expression) of each assignment of a page whose value is computed from SCALE and literals."""
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if not isinstance(node, ast.Assign):
+                continue
+            names = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+            if "SCALE" in names and names <= SIZE_NAMES:
+                targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                out += [(ast.unparse(t), ast.unparse(v)) for t, v in zip(targets, values) if "SCALE" in ast.unparse(v)]
+    return out
+
+
+@pytest.mark.parametrize("name", HEAVY_PAGES)
+def test_a_heavy_page_reads_its_scale_in_one_place_and_runs_small_in_the_smoke_profile(monkeypatch, name):
+    """SCALE = page_scale(1) in the imports cell; at the smoke scale (the Colab tier) every size the page
+    computes from SCALE alone is still a whole, positive number, and smaller than the book's."""
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)
+    nb = page(f"{name}.ipynb")
+    assigned = [node.value for c in nb.cells if c.cell_type == "code" for node in ast.parse(c.source).body
+                if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SCALE" for t in node.targets)]
+    assert len(assigned) == 1, f"{name}: SCALE is set {len(assigned)} times"
+    assert ast.unparse(assigned[0]) == "page_scale(1)", f"{name}: SCALE = {ast.unparse(assigned[0])}"
+    for target, expr in sizes_from_scale(nb):
+        book_size = eval(expr, {"SCALE": book.page_scale(1)})  # noqa: S307 (the page's own literals)
+        monkeypatch.setenv("COURSE_PROFILE", "smoke")
+        small = eval(expr, {"SCALE": book.page_scale(1)})  # noqa: S307
+        monkeypatch.delenv("COURSE_PROFILE")
+        assert isinstance(small, int) and 0 < small <= book_size, f"{name}: {target} = {expr} is {small!r} when small"

@@ -66,6 +66,43 @@ def test_glue_without_myst_nb_formats(monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == "total = 22,829,056"
 
 
+@pytest.mark.parametrize("profile", [None, "", "cpu", "full", " CPU "])
+def test_page_scale_is_the_default_outside_the_smoke_profile(monkeypatch, profile):
+    if profile is None:
+        monkeypatch.delenv("COURSE_PROFILE", raising=False)
+    else:
+        monkeypatch.setenv("COURSE_PROFILE", profile)
+    assert book.page_scale(1) == 1 and isinstance(book.page_scale(1), int)
+    assert book.page_scale(3) == 3
+
+
+def test_page_scale_is_a_fraction_of_the_default_in_the_smoke_profile(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    assert 0 < book.page_scale(1) == book.SMOKE_FRACTION < 1
+    assert book.page_scale(4) == 4 * book.SMOKE_FRACTION
+
+
+def test_page_scale_names_a_profile_it_does_not_know_and_a_bad_default(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "tiny")
+    with pytest.raises(ValueError, match=r"^COURSE_PROFILE='tiny' is not a profile: use one of full, cpu, smoke$"):
+        book.page_scale(1)
+    monkeypatch.delenv("COURSE_PROFILE")
+    for bad in (0, -1, "2", True):
+        with pytest.raises(ValueError, match=r"^page_scale: the default scale must be a positive number"):
+            book.page_scale(bad)
+
+
+def test_check_claim_fails_at_the_book_scale_and_prints_a_note_at_the_smoke_scale(monkeypatch, capsys):
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)
+    book.check_claim(True, "holds")
+    with pytest.raises(AssertionError, match="^the model beats the baseline$"):
+        book.check_claim(False, "the model beats the baseline")
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    book.check_claim(False, "the model beats the baseline")
+    out = capsys.readouterr().out
+    assert "COURSE_PROFILE=smoke" in out and "not checked here: the model beats the baseline" in out
+
+
 def test_glue_with_myst_nb_stores_plain_python_values(monkeypatch):
     stored = {}
     fake = type(sys)("myst_nb")
