@@ -667,7 +667,7 @@ def test_preference_page_concludes_only_what_its_numbers_show():
 
 
 # The pages whose experiments take longest (issue 36): the Colab tier runs them at COURSE_PROFILE=smoke
-HEAVY_PAGES = ["05_encoder_decoder", "06_bert", "07_gpt", "09_lora", "11_positions", "14_scaling", "16_instruction_tuning"]
+HEAVY_PAGES = ["05_encoder_decoder", "06_bert", "07_gpt", "09_lora", "11_positions", "14_scaling", "16_instruction_tuning", "17_preference_tuning"]
 SIZE_NAMES = {"SCALE", "round", "min", "max"}
 
 
