@@ -27,30 +27,13 @@ import fakebackend
 from conftest import assert_gradebook_consistent
 from pg import ON_BOTH, db, postgres_server  # noqa: F401 - fixtures
 from test_record_writer import fake_pairs_at_once
+from dask_cluster import dask_cluster  # noqa: F401 - the module's local Dask cluster (a fixture)
 
 CLUSTER_DRIVER = ("import sys, fake_cluster; fake_cluster.install(); from autograder.cli import main; "
                   "sys.exit(main(sys.argv[1:]))")
 PAIRS = int(os.environ.get("COURSE_STRESS_PAIRS", "2"))
 
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    """Two worker processes, one thread each, the course's Dask settings; a worker killed by a
-    test is restarted by its nanny."""
-    distributed = pytest.importorskip("distributed")
-    import dask
-
-    from autograder.backends.cluster import grading_dask_config
-
-    with dask.config.set(grading_dask_config()):
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                           dashboard_address=None, silence_logs=50)
-    client = distributed.Client(cluster)
-    try:
-        yield cluster, client
-    finally:
-        client.close()
-        cluster.close()
 
 
 def _url(db, tmp: Path) -> str:

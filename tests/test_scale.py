@@ -23,6 +23,7 @@ from autograder.pipeline.run import grade
 from pg import dump, free_port, postgres, postgres_server  # noqa: F401 - fixtures
 from conftest import (WRONG_SOFTMAX, ROOT, as_from_a_terminal, assert_gradebook_consistent, filled_exercise, read_nb, run,
                       set_solution)
+from dask_cluster import dask_cluster  # noqa: F401 - the module's local Dask cluster (a fixture)
 
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
 # the columns that carry grades (notes hold timings and worker names, which may differ)
@@ -126,25 +127,6 @@ def test_an_unreachable_database_is_one_line(small_class, tmp_path):
 
 # ----------------------------------------------------------------------------- Dask
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    """A local Dask cluster: two worker processes, one thread each, the course's Dask settings
-    (as docs/GRADING.md starts them); shared by this module's tests (a worker killed by one
-    test is restarted by its nanny)."""
-    distributed = pytest.importorskip("distributed")
-    import dask
-
-    from autograder.backends.cluster import grading_dask_config
-
-    with dask.config.set(grading_dask_config()):
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                           dashboard_address=None, silence_logs=40)
-    client = distributed.Client(cluster)
-    try:
-        yield cluster, client
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_dask_workers_grade_like_local_workers(dask_cluster, small_class, local_grades, tmp_path):
