@@ -95,7 +95,7 @@ def test_the_course_file_is_checked_key_by_key():
                            ({**base, "repositories": {"student": {"name": "nope"}, "instructor": {"name": "a/c"}}},
                             "owner/name"),
                            ({**base, "assignments": {"x": {"title": "X", "grading": {"cell_timeout": "slow"}}}},
-                            "cell_timeout must be a int"),
+                            r"cell_timeout must be a whole number \(int\), not str"),
                            ({**base, "assignments": {"x": {"title": "X", "models": ["gpt5"]}}}, "unknown model")]:
         with pytest.raises(CourseFileError, match=needle):
             parse(broken, ROOT)
