@@ -204,3 +204,28 @@ def test_a_limit_that_would_grade_nobody_is_refused_before_anything_runs(flag, t
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"argument {flag.split('=')[0]}: must be a number above 0" in proc.stderr.splitlines()[-1]
     assert not (tmp_path / "grading").exists()
+
+
+class _LosesOne(FakeBackend):
+    """A backend that hands back no record for one student (a grader's bug)."""
+
+    def judge(self, batch):
+        outcomes = super().judge(batch)
+        outcomes.pop("b", None)
+        return outcomes
+
+
+def test_a_submission_a_backend_returns_nothing_for_is_not_graded_and_says_why(tmp_path, monkeypatch):
+    """A student's row is never blank: a notebook the backend lost is an error with its reason,
+    in the report and in the class record's intake, and the others are graded."""
+    use_fake_backend(monkeypatch, _LosesOne())
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in ("a", "b"):
+        nbformat.write(filled_exercise("attention"), subs / f"{name}_attention.ipynb")
+    report = grade("attention", subs, grading_dir=tmp_path / "grading")
+    by_id = report.by_student()
+    assert (by_id["a"].status, by_id["a"].score) == ("graded", 30.0), report.table()
+    assert by_id["b"].status == "error" and "returned no result" in by_id["b"].message, report.table()
+    rows = {r["student_id"]: r for r in csv.DictReader(open(report.csv_path))}
+    assert "returned no result" in rows["b"]["reason"], rows["b"]

@@ -59,3 +59,56 @@ def _state(pid: int) -> str:
     except OSError:
         return "gone"
     return stat[stat.rindex(")") + 2]
+
+
+class _OneJob:
+    """What ``run_job`` needs of a job: its folder, its students, an environment, an outcome."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.students = folder, ["s1"]
+
+    def env(self) -> dict:
+        return {}
+
+    def outcome(self, sid: str, log: str = "", timed_out: bool = False):
+        return (sid, log, timed_out)
+
+
+def test_a_process_that_dies_in_a_job_is_told_as_a_death_with_its_last_words(tmp_path):
+    """A grading process that dies in a job (killed, out of memory) is not reported as a time
+    limit, and what it said on the way out reaches the outcome instead of an exception."""
+    import os
+    import sys
+
+    worker = local.Worker(1, dict(os.environ), command=[
+        sys.executable, "-c", "import os, sys; sys.stdin.readline(); "
+        "sys.stderr.write('MemoryError: the last words\\n'); sys.stderr.flush(); os._exit(3)"])
+    run = local.run_job(_OneJob(tmp_path), 60, worker)
+    assert run.timed_out is False, run
+    sid, log, timed_out = run.outcomes["s1"]
+    assert not timed_out and "MemoryError: the last words" in log, run.outcomes
+    assert not worker.alive()
+
+
+def test_a_batch_whose_grading_raises_is_graded_again_and_never_left_without_a_cause(tmp_path, monkeypatch):
+    """An exception in the grader's own thread for a batch costs that batch a second try, and a
+    submission still without a record at the end is told why rather than left blank."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in ("a", "b"):
+        nbformat.write(filled_exercise("attention"), subs / f"{name}_attention.ipynb")
+    real, calls = local.run_job, []
+
+    def flaky(job, timeout, worker=None):
+        calls.append(list(job.students))
+        if len(calls) == 1 or job.students == ["b"]:
+            raise ValueError("I/O operation on closed file")
+        return real(job, timeout, worker)
+
+    monkeypatch.setattr(local, "run_job", flaky)
+    monkeypatch.setattr(local, "batch_size", lambda n, w: n)  # both in one batch
+    report = grade("attention", subs, grading_dir=tmp_path / "grading", workers=1)
+    by_id = report.by_student()
+    assert (by_id["a"].status, by_id["a"].score) == ("graded", 30.0), report.table()
+    assert by_id["b"].status == "error" and "I/O operation on closed file" in by_id["b"].message, report.table()
+    assert calls == [["a", "b"], ["a"], ["b"]], calls

@@ -70,13 +70,14 @@ class Worker:
     """One grading process (``autograder.judge.worker.serve``), started now; it imports what
     grading needs and waits for its first job."""
 
-    def __init__(self, threads: int, env: dict):
+    def __init__(self, threads: int, env: dict, command: list[str] | None = None):
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.judge.worker", SERVE],
+        self.proc = subprocess.Popen(command or [sys.executable, "-m", "autograder.judge.worker", SERVE],
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                      start_new_session=True)
         self.threads = threads
         self._buffer = b""
+        self._said: str | None = None
         _RUNNING.add(self.proc)
 
     def alive(self) -> bool:
@@ -111,7 +112,9 @@ class Worker:
         while True:
             line = self._line(deadline)
             if line is None:
-                timed_out = self.alive()
+                # the deadline passed, or the process closed its end (it died, or was killed):
+                # only the first is a time limit, whatever the process's state at this instant
+                timed_out = time.monotonic() >= deadline
                 self.stop(kill=True)
                 return False, timed_out
             try:
@@ -122,8 +125,11 @@ class Worker:
                 return True, False
 
     def died_saying(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read()[-4000:].decode(errors="replace")
+        """The end of what the process wrote to its stderr (kept when it stops)."""
+        if self._said is None:
+            self.stderr.seek(0)
+            return self.stderr.read()[-4000:].decode(errors="replace")
+        return self._said
 
     def stop(self, kill: bool = False, wait: float = 30) -> None:
         """End the process: at the end of its requests (it stops its zygote and spare kernel
@@ -145,6 +151,8 @@ class Worker:
                 stream.close()
             except OSError:
                 pass
+        if self._said is None:
+            self._said = self.died_saying()  # its last words outlive the file that held them
         self.stderr.close()
         _RUNNING.discard(self.proc)
 
@@ -265,9 +273,15 @@ class LocalBackend:
                 if not worker.alive():  # killed at its limit, or died: a fresh one for the rest
                     worker.stop(kill=True)
                     worker = self._workers[k] = Worker(threads, worker_env(batch.settings, threads))
-                run = run_job(prepare(prefix, share, k), each * len(share), worker)
+                try:
+                    run = run_job(prepare(prefix, share, k), each * len(share), worker)
+                    got = run.outcomes
+                except Exception as exc:  # the grader's own failure: the batch is tried again alone
+                    worker.stop(kill=True)
+                    got = {sid: Outcome(sid, False, cause=f"grading failed: {type(exc).__name__}: {exc}"[:300])
+                           for sid in share}
                 with lock:
-                    for sid, outcome in run.outcomes.items():
+                    for sid, outcome in got.items():
                         if outcome.graded or left is None:
                             outcomes[sid] = outcome
                         else:

@@ -290,14 +290,17 @@ def provenance(assignment: str, info) -> str:
 
 def judge(ctx: RunContext, prepared: Prepared) -> Judged:
     """Every submission that can be graded, judged by the run's backend: one record each."""
-    from autograder.backends import Batch
+    from autograder.backends import Batch, Outcome
 
     queue = {s.student_id: s.nb for s in prepared.submissions if s.nb is not None and not s.error}
     outcomes = {}
     if queue:
         late = frozenset(s.student_id for s in prepared.submissions if s.late)
-        outcomes = ctx.backend.judge(Batch(ctx.assignment, prepared.release.notebook, queue,
-                                           prepared.staging_gradebook, prepared.settings, ctx.folder, late))
+        outcomes = dict(ctx.backend.judge(Batch(ctx.assignment, prepared.release.notebook, queue,
+                                                prepared.staging_gradebook, prepared.settings, ctx.folder, late)))
+        for sid in sorted(set(queue) - set(outcomes)):  # a backend's fault: told, never left blank
+            outcomes[sid] = Outcome(sid, False, cause="not graded: the grading backend returned no result for "
+                                    "this notebook (grade again; report it if it happens again)")
     return extend(Judged, prepared, outcomes=MappingProxyType(dict(outcomes)))
 
 
