@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
+import functools
 import hashlib
 import json
 import keyword
@@ -111,9 +112,11 @@ class _Tokens:
     named: list[bool]   # a name that is renamed (not a keyword, builtin or attribute)
 
 
+@functools.lru_cache(maxsize=4096)  # a course's files are read again by each proof of a tree: read once
 def _tokens(text: str) -> _Tokens:
     """Python's tokens of ``text``, without comments, line breaks and indentation; any text is
-    accepted (prose, CSV): where ``tokenize`` gives up, it starts again on the next line."""
+    accepted (prose, CSV): where ``tokenize`` gives up, it starts again on the next line.  The
+    result is shared between callers: read it, never change it."""
     lines = text.splitlines(keepends=True)
     out = _Tokens([], [], [])
     start = 0
@@ -348,8 +351,12 @@ def answers_found(tree: Path, answers: dict[str, float]) -> list[str]:
     patterns = {name: re.compile(r"(?<![\w.])(" + "|".join(re.escape(f) for f in sorted(answer_forms(v), key=len,
                                                                                           reverse=True))
                                  + r")(?![\w]|\.\d)") for name, v in answers.items()}
+    # one pass for any form at all (most files hold none), then each answer's own pattern
+    anywhere = re.compile("|".join(re.escape(f) for v in answers.values() for f in answer_forms(v)) or r"(?!)")
     found = []
     for rel, piece, _ in _text_pieces(tree):
+        if not anywhere.search(piece):
+            continue
         for name, pattern in patterns.items():
             m = pattern.search(piece)
             if m:
