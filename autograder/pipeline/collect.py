@@ -120,12 +120,16 @@ def roster_rows(path: Path, assignment: str | None = None) -> list[tuple[int, di
 def roster_table(path: Path, assignment: str | None = None) -> RosterTable:
     """The rows of a roster file with their line numbers, every cell in Unicode NFC and the two
     ids stripped: the course's roster CSV, or Canvas's gradebook export, or Moodle's participants
-    or grades export, told apart by the header (``lmsroster``).  RosterError (one line, nothing
-    else read) when the file cannot be read, is of no known format, has a student id that cannot
-    be a file name (``<student id>_<assignment>.ipynb`` must read back as the same id), or names a
-    student id or an LMS id twice (two rows of one id would merge two students into one, or split
-    one)."""
+    or grades export, told apart by the header (``lmsroster``).  A row without a student id is
+    skipped, with its line, as the LMS exports' rows without one are.  RosterError (one line,
+    nothing else read) when there is no such file, when it cannot be read, is of no known format,
+    has a student id that cannot be a file name (``<student id>_<assignment>.ipynb`` must read
+    back as the same id), or names a student id or an LMS id twice (two rows of one id would merge
+    two students into one, or split one).  The one reader of a roster file: ``load_roster``,
+    ``read_roster`` and the command line's ``collect`` and ``grade`` all come here."""
     path = Path(path)
+    if not path.is_file():
+        raise RosterError(f"no such roster file: {path}")
     try:
         rows = csvsafe.read(path)
         with open(path, newline="", encoding="utf-8-sig") as fh:
@@ -143,7 +147,11 @@ def roster_table(path: Path, assignment: str | None = None) -> RosterTable:
         row = {k: _nfc(v) if isinstance(v, str) else "" for k, v in row.items() if k}
         row["student_id"], row["lms_id"] = row.get("student_id", "").strip(), row.get("lms_id", "").strip()
         sid = row["student_id"]
-        if sid and assignment and not usable_id(sid, assignment):
+        if not sid:
+            who = row["lms_id"] and f"lms id {row['lms_id']}" or (row.get("name") or "").strip() or "empty"
+            table.skipped.append((line, f"no student_id: {who}"))
+            continue
+        if assignment and not usable_id(sid, assignment):
             raise RosterError(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
                               "100 letters, digits, '_', '.' and '-' (not first or last)")
         for what, value in (("student id", sid), ("lms id", row["lms_id"])):
@@ -156,6 +164,14 @@ def roster_table(path: Path, assignment: str | None = None) -> RosterTable:
         raise RosterError(f"roster {path}: each student once, please: " + "; ".join(repeated))
     table.rows = out
     return table
+
+
+def load_roster(path: Path, assignment: str | None = None) -> tuple[dict[str, dict], RosterTable]:
+    """A roster file as the class: student id -> row, and the table it was read from (its
+    format, the columns used, the rows skipped: ``RosterTable.describe``).  RosterError as
+    ``roster_table``."""
+    table = roster_table(path, assignment)
+    return {row["student_id"]: row for _, row in table.rows}, table
 
 
 def lms_index(rows) -> dict[str, dict]:
@@ -173,11 +189,11 @@ def lms_index(rows) -> dict[str, dict]:
 
 
 def read_roster(path: Path | None, assignment: str | None = None) -> dict[str, dict]:
-    """lms id -> roster row (``roster_rows``: RosterError, one line, for a roster that cannot be
+    """lms id -> roster row (``load_roster``: RosterError, one line, for a roster that cannot be
     used)."""
     if path is None:
         return {}
-    return lms_index(r for _, r in roster_rows(path, assignment))
+    return lms_index(load_roster(path, assignment)[0].values())
 
 
 def usable_id(sid: str, assignment: str) -> bool:
