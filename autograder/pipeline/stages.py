@@ -450,54 +450,50 @@ def export(ctx: RunContext, committed: Committed) -> Report:
     from autograder.records.export import export as write_exports
 
     out_dir = ctx.out_dir
-    report = Report(ctx.assignment, csv_path=out_dir / "grades.csv", feedback_dir=out_dir / "feedback",
-                    out_dir=out_dir, warnings=list(ctx.warnings + committed.warnings),
-                    graded_before=committed.graded_before, same_as=committed.same_as)
     rel, outcomes = committed.release, committed.outcomes
     result = write_exports(ctx.assignment, ctx.paths.root, out_dir, rel.nb, ctx.spec.lms_column,
                            ctx.spec.canvas_id, pages=True, provenance=committed.settings.provenance)
-    report.missing = result.missing
-    report.missing_students = [r.student_id for r in result.rows
-                               if r.status != "graded" and not r.student_id.startswith("?")]
     rows = {row.student_id: row for row in result.rows}
-    listed = set()
-    for sub in committed.submissions:
-        out = outcomes.get(sub.student_id)
-        r = Result(sub.student_id, sub.file, max_score=rel.max_points, flags=list(sub.flags), late=sub.late)
-        if sub.error:
-            r.message = sub.error
-        for note in file_notes(sub, out):
-            r.note(note)
-        if not sub.error:
-            if out is not None and not out.graded:
-                r.note(out.cause)
-            row = rows.get(sub.student_id)
-            if out is not None and out.graded and row is not None:
-                r.status, r.score = "graded", row.total
-                r.tests = {g: (c.score or 0.0, c.max_score) for g, c in row.cells.items()}
-                r.pending = row.pending
-                if row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
-                    r.note(row.summary(result.auto_max))
-        for student, gid, points in committed.rehand:
-            if student == sub.student_id:
-                r.flags.append(f"written answer {gid} changed since it was hand-graded ({points:g} points "
-                               "before): awaiting a grader again")
-        if r.late:
-            r.note("submitted LATE")
-        report.results.append(r)
-        listed.add(sub.student_id)
+    results = [_result(sub, outcomes.get(sub.student_id), rows.get(sub.student_id), rel, result.auto_max,
+                       committed.rehand) for sub in committed.submissions]
+    listed = {sub.student_id for sub in committed.submissions}
+    absent = []
     for sid in sorted(ctx.roster):  # the class is the roster: whoever on it has no grade is listed
         row = rows.get(sid)
         if sid in listed or row is None or row.status == "graded":
             continue
-        report.absent.append(Result(sid, row.file, max_score=rel.max_points,
-                                    status="no submission" if row.status == "no submission" else "error",
-                                    message=row.reason or row.status))
+        absent.append(Result(sid, row.file, max_score=rel.max_points,
+                             status="no submission" if row.status == "no submission" else "error",
+                             message=row.reason or row.status))
     ids = ctx.paths.collected(ctx.assignment) / ".lms_ids.csv"  # the LMS identities of this download
     if ctx.collected_here() is None and ids.exists() and ctx.source.is_file():
         with replacing(out_dir / "lms_ids.csv", "wb") as fh:
             fh.write(ids.read_bytes())
-    report.changes = list(committed.changes)
-    report.run_id = committed.run_id
-    report.seconds = time.monotonic() - ctx.started
-    return report
+    return Report(ctx.assignment, results=results, csv_path=out_dir / "grades.csv",
+                  feedback_dir=out_dir / "feedback", out_dir=out_dir,
+                  warnings=list(ctx.warnings + committed.warnings), seconds=time.monotonic() - ctx.started,
+                  absent=absent, run_id=committed.run_id, changes=list(committed.changes),
+                  graded_before=committed.graded_before, same_as=committed.same_as, missing=result.missing,
+                  missing_students=[r.student_id for r in result.rows
+                                    if r.status != "graded" and not r.student_id.startswith("?")])
+
+
+def _result(sub: Submission, out: Outcome | None, row, rel: Release, auto_max: float, rehand) -> Result:
+    """One file's row of the run's summary, built whole: its grade from the class record's ``row``
+    when it was graded, else why not; the notes the record keeps (``file_notes``); its flags."""
+    graded = not sub.error and out is not None and out.graded and row is not None
+    notes = [sub.error] if sub.error else []
+    notes += file_notes(sub, out)
+    if not sub.error and out is not None and not out.graded:
+        notes.append(out.cause)
+    if graded and row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
+        notes.append(row.summary(auto_max))
+    if sub.late:
+        notes.append("submitted LATE")
+    flags = list(sub.flags) + [f"written answer {gid} changed since it was hand-graded ({points:g} points before): "
+                               "awaiting a grader again" for student, gid, points in rehand
+                               if student == sub.student_id]
+    return Result(sub.student_id, sub.file, score=row.total if graded else 0.0, max_score=rel.max_points,
+                  status="graded" if graded else "error", message="; ".join(n for n in notes if n),
+                  tests={g: (c.score or 0.0, c.max_score) for g, c in row.cells.items()} if graded else {},
+                  flags=flags, late=sub.late, pending=row.pending if graded else 0.0)
