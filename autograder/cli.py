@@ -38,7 +38,7 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    from autograder.pipeline.collect import RosterError, collect, roster_table, summary
+    from autograder.pipeline.collect import RosterError, collect, lms_index, load_roster, summary
 
     _known([args.assignment])
     source = Path(args.source)
@@ -48,9 +48,12 @@ def _cmd_collect(args) -> int:
         if getattr(args, option) <= 0:
             raise CliError(f"--{option.replace('_', '-')} must be a positive number of MiB")
     try:
-        if args.roster is not None:
-            print(roster_table(args.roster, args.assignment).describe(args.roster))
-        entries = collect(args.assignment, source, Path(args.out), args.roster,
+        by_lms = {}
+        if args.roster is not None:  # read once: its one line, then the files matched against it
+            rows, table = load_roster(args.roster, args.assignment)
+            print(table.describe(args.roster))
+            by_lms = lms_index(rows.values())
+        entries = collect(args.assignment, source, Path(args.out), by_lms=by_lms,
                           max_file_bytes=int(args.max_file_mb * (1 << 20)),
                           max_total_bytes=int(args.max_total_mb * (1 << 20)))
     except RosterError as exc:

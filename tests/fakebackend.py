@@ -117,7 +117,7 @@ class FakeBackend:
         late = " (late)" if sid in batch.late else ""
         marked = f" {html.escape(mark[0])}" if mark else ""
         feedback.write_text(f"<html><body><p>{html.escape(sid)}{late}: {FAKE_NOTE}{marked}</p></body></html>\n")
-        return Outcome(sid, True, notes=[], timings={"total": 0.0}, gradebook=db, autograded=autograded,
+        return Outcome(sid, True, notes=(), timings={"total": 0.0}, gradebook=db, autograded=autograded,
                        feedback=feedback)
 
 

@@ -229,3 +229,20 @@ def test_a_submission_a_backend_returns_nothing_for_is_not_graded_and_says_why(t
     assert by_id["b"].status == "error" and "returned no result" in by_id["b"].message, report.table()
     rows = {r["student_id"]: r for r in csv.DictReader(open(report.csv_path))}
     assert "returned no result" in rows["b"]["reason"], rows["b"]
+
+
+def test_the_summary_row_and_the_class_record_note_the_same(tmp_path):
+    """A student's notes are built once: the run's summary row shows what the class record keeps
+    (grades.csv's notes), also for a file that could not be graded (an older Canvas file beside a
+    newest one that is not a notebook at all)."""
+    z = tmp_path / "canvas.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("ann_1001_5001_attention.ipynb", EXERCISE.read_bytes())
+        zf.writestr("ann_1001_5002_attention.ipynb", b"this is not a notebook")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,lms_id,name\ns001,1001,Ann A\n")
+    report = grade("attention", z, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", roster=roster)
+    row = {r["student_id"]: r for r in _rows(report.csv_path)}["s001"]
+    assert row["status"] == "not graded" and "duplicate" in row["notes"], row
+    message = report.by_student()["s001"].message
+    assert row["reason"] in message and row["notes"] in message, (message, row)

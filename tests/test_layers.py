@@ -17,8 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from autograder.judge.worker import Outcome
 from autograder.pipeline import chain, run, stages
+from autograder.pipeline.collect import Entry
 from autograder.pipeline.intake import Submission
+from autograder.pipeline.results import Report, Result
 from conftest import ROOT
 
 LINT = Path(sys.executable).parent / "lint-imports"
@@ -105,6 +108,17 @@ def test_a_stage_result_cannot_be_changed(kind):
     with pytest.raises((dataclasses.FrozenInstanceError, AttributeError, TypeError)):
         value.found_later = "something for a later stage"
     assert not hasattr(value, "__dict__")
+
+
+@pytest.mark.parametrize("kind", [Outcome, Entry, Report, Result], ids=lambda kind: kind.__name__)
+def test_what_judge_collect_and_export_hand_on_cannot_be_changed(kind):
+    """The judge's ``Outcome``, collect's ``Entry`` and the export's ``Report`` and ``Result`` are
+    frozen too: each is built with its final values (a backend that learns more makes a copy)."""
+    value = _placeholder(kind)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(value, dataclasses.fields(kind)[0].name, "changed")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.found_later = "something for a later stage"
 
 
 def test_screen_refuses_with_copies_and_leaves_what_it_was_given():

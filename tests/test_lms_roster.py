@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from autograder.pipeline.collect import RosterError, collect, roster_rows
+from autograder.records.classbook import NO_ANSWER
 from conftest import ROOT
 
 NB = (ROOT / "exercises" / "attention" / "attention.ipynb").read_bytes()
@@ -164,9 +165,31 @@ def test_an_untouched_notebook_says_no_answer_written():
     cell = next(c for c in worked.cells if c.metadata.get("nbgrader", {}).get("solution"))
     cell.source = cell.source.replace("raise NotImplementedError", "return None  # ") + "\n"
     assert not untouched(worked, released)
-    row = ClassRow("s001", "graded", max_score=30, notes="no answer written: every answer cell is still as it "
-                                                         "was released")
+    row = ClassRow("s001", "graded", max_score=30, notes=NO_ANSWER)  # the remark the read stage writes
     assert student_feedback(row, []).startswith("No answer written")
+
+
+@pytest.mark.parametrize("row", [("s004", "no submission", "no submission", ""),
+                                 ("s003", "not graded", "not a notebook (.pdf): <b>not collected</b>", "cy.pdf")],
+                         ids=["no submission", "not graded"])
+def test_the_page_and_the_lms_line_tell_a_student_without_a_grade_the_same(row):
+    """What a student without a graded file reads is built once: their feedback page says what
+    the LMS files' feedback line says (the file, the reason, what to do), escaped for HTML."""
+    import html
+    import re
+
+    from autograder.records.classbook import ClassRow
+    from autograder.records.export import _simple_page, not_graded_note, student_feedback
+
+    sid, status, reason, file = row
+    row = ClassRow(sid, status, reason=reason, max_score=30, file=file)
+    what, todo = not_graded_note(row)
+    assert student_feedback(row, []) == f"{what} {todo}"
+    page = _simple_page("attention", row)
+    assert "<b>" not in page
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+    assert what in text and todo in text, (what, todo, text)
+    assert (reason in what) == (status != "no submission") and file in what
 
 
 def test_grade_with_a_canvas_export_then_the_same_zip_again(tmp_path, capsys):
@@ -193,3 +216,34 @@ def test_grade_with_a_canvas_export_then_the_same_zip_again(tmp_path, capsys):
 
     assert main(["history", "attention", "--grading-dir", str(tmp_path / "g")]) == 0
     assert "no grade changed: the same files as run 1 were graded again" in capsys.readouterr().out
+
+
+def test_collect_and_grade_read_one_roster_alike(tmp_path):
+    """A roster file has one reader: ``collect`` (its LMS index) and ``grade`` (its class) see the
+    same students; a row without a student id is skipped by both, its line named, and a Canvas file
+    of that row is unmatched in both; a missing file is the same line for both."""
+    from autograder.course.errors import GradingError
+    from autograder.pipeline.collect import load_roster, read_roster
+    from autograder.pipeline.run import read_roster_file
+
+    path = tmp_path / "roster.csv"
+    path.write_text("student_id,lms_id,name\ns001,1001,Ada\n,1002,Bo\n")
+    grade_class = read_roster_file(path, "attention")
+    collect_index = read_roster(path, "attention")
+    assert sorted(grade_class) == ["s001"]
+    assert sorted(r["student_id"] for r in collect_index.values()) == sorted(grade_class)
+    _, table = load_roster(path, "attention")
+    assert "line 3 (no student_id: lms id 1002)" in table.describe(path)
+    z = tmp_path / "canvas.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("bo_1002_5001_attention.ipynb", NB)
+        zf.writestr("ada_1001_5002_attention.ipynb", NB)
+    got = {e.lms_id: (e.student_id, e.status) for e in collect("attention", z, tmp_path / "out", path)}
+    assert got["1001"] == ("s001", "collected")
+    assert got["1002"][0] == "" and got["1002"][1].startswith("unmatched")
+    gone = tmp_path / "no-such.csv"
+    with pytest.raises(RosterError) as by_collect:
+        read_roster(gone, "attention")
+    with pytest.raises(GradingError) as by_grade:
+        read_roster_file(gone, "attention")
+    assert str(by_collect.value) == str(by_grade.value) == f"no such roster file: {gone}"

@@ -6,6 +6,7 @@ from an earlier run."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import shutil
 import signal
@@ -335,9 +336,8 @@ def test_a_submission_that_cannot_be_graded_keeps_no_earlier_grade(small_class, 
 
     def failing(self, batch):
         outcomes = real(self, batch)  # graded into the worker's gradebook, then reported as lost
-        for outcome in outcomes.values():
-            outcome.graded, outcome.cause = False, "grading failed: the worker died"
-        return outcomes
+        return {sid: dataclasses.replace(outcome, graded=False, cause="grading failed: the worker died")
+                for sid, outcome in outcomes.items()}
 
     monkeypatch.setattr(LocalBackend, "judge", failing)
     report = grade("attention", one, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)

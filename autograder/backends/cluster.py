@@ -210,7 +210,7 @@ def grade_batch(spec: TaskSpec) -> BatchResult:
         for student in spec.students:
             out = job.outcome(student)
             results.append(TaskResult(
-                student, out.graded, out.notes, out.cause if out.graded or out.cause.startswith(("grading", "not"))
+                student, out.graded, list(out.notes), out.cause if out.graded or out.cause.startswith(("grading", "not"))
                 else f"{out.cause} (on {host})", host,
                 autograded=out.autograded.read_bytes() if out.autograded else None,
                 feedback=out.feedback.read_bytes() if out.feedback else None, timings=out.timings))
@@ -313,16 +313,16 @@ def _store(result: BatchResult, batch, name: str) -> dict:
         gradebook.write_bytes(result.gradebook)
     outcomes = {}
     for r in result.results:
-        out = Outcome(r.student, r.graded, list(r.notes), r.cause, dict(r.timings))
+        out = Outcome(r.student, r.graded, tuple(r.notes), r.cause, dict(r.timings))
         if r.graded and gradebook is not None and r.autograded is not None and r.feedback is not None:
-            out.gradebook = gradebook
-            out.autograded = folder / r.student / batch.nb_name
-            out.feedback = folder / r.student / batch.nb_name.replace(".ipynb", ".html")
-            out.autograded.parent.mkdir(parents=True, exist_ok=True)
-            out.autograded.write_bytes(r.autograded)
-            out.feedback.write_bytes(r.feedback)
+            autograded = folder / r.student / batch.nb_name
+            feedback = folder / r.student / batch.nb_name.replace(".ipynb", ".html")
+            autograded.parent.mkdir(parents=True, exist_ok=True)
+            autograded.write_bytes(r.autograded)
+            feedback.write_bytes(r.feedback)
+            out = replace(out, gradebook=gradebook, autograded=autograded, feedback=feedback)
         elif r.graded:  # graded there, but what proves it did not come back
-            out.graded, out.cause = False, f"grading failed on the cluster: {r.worker} sent back no gradebook"
+            out = replace(out, graded=False, cause=f"grading failed on the cluster: {r.worker} sent back no gradebook")
         outcomes[r.student] = out
     return outcomes
 

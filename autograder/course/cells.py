@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 _Q_HEADING = re.compile(r"^\s*#{1,6}\s*(Q\d+[a-z]?)\b", re.M)
 _DOC = re.compile(r'^\s*"""(.*?)"""', re.S)
@@ -42,6 +43,27 @@ def graded_cells(released_nb) -> list[GradedCell]:
                 question = m.group(1).upper()
         out.append(GradedCell(meta["grade_id"], question or "?", kind, float(meta.get("points", 0)), label.strip()))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The assignment as released (the student notebook, and its points)."""
+
+    assignment: str
+    notebook: str
+    nb: object                # nbformat.NotebookNode
+    max_points: float
+
+    @classmethod
+    def read(cls, folder: Path, assignment: str) -> "Release":
+        """The release of ``assignment`` in ``folder`` (the course's ``exercises/``, or a grading
+        folder's ``release/``): ``<folder>/<assignment>/<assignment>.ipynb`` and the points of its
+        graded cells.  The one reader of a released notebook."""
+        import nbformat
+
+        name = f"{assignment}.ipynb"
+        nb = nbformat.read(Path(folder) / assignment / name, as_version=4)
+        return cls(assignment, name, nb, float(sum(c.points for c in graded_cells(nb))))
 
 
 def normalised_answer(text: str) -> str:

@@ -160,13 +160,14 @@ def record_outcomes() -> None:
     generatefeedbackapp.GenerateFeedback = RecordedFeedback
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    """What one job learned about one submission: the record a backend hands on."""
+    """What one job learned about one submission: the record a backend hands on (frozen: a
+    backend that learns more makes a changed copy, ``dataclasses.replace``)."""
 
     student_id: str
     graded: bool
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
     cause: str = ""
     timings: dict = field(default_factory=dict)   # seconds: kernel_start, cells, tests, total
     gradebook: Path | None = None     # the job's gradebook, holding this student's rows
@@ -294,12 +295,11 @@ class Job:
         autograded = self.folder / "autograded" / sid / self.assignment / self.nb_name
         feedback = self.folder / "feedback" / sid / self.assignment / self.nb_name.replace(".ipynb", ".html")
         graded = bool(st.get("complete")) and autograded.exists() and feedback.exists()
-        out = Outcome(sid, graded, list(st.get("notes", [])), timings=dict(st.get("timings", {})))
+        notes, timings = tuple(st.get("notes", [])), dict(st.get("timings", {}))
         if graded:
-            out.gradebook, out.autograded, out.feedback = self.folder / "gradebook.db", autograded, feedback
-        else:
-            out.cause = self._cause(st, log, timed_out)
-        return out
+            return Outcome(sid, True, notes, timings=timings, gradebook=self.folder / "gradebook.db",
+                           autograded=autograded, feedback=feedback)
+        return Outcome(sid, False, notes, cause=self._cause(st, log, timed_out), timings=timings)
 
     def _cause(self, st: dict, log: str, timed_out: bool) -> str:
         """Why a submission was not graded: the grader's own note (the judge's error, or

@@ -15,8 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, TypeVar
 
-import nbformat
-
+from autograder.course.cells import Release
 from autograder.course.model import Assignment, Course
 from autograder.course.paths import GradingPaths
 from autograder.course.settings import GradingSettings
@@ -87,16 +86,6 @@ class Ahead:
         if self._error is not None:
             raise self._error
         return self._value
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """The assignment as released (the student notebook, and its points)."""
-
-    assignment: str
-    notebook: str
-    nb: nbformat.NotebookNode
-    max_points: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ import tempfile
 import time
 import unicodedata
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
@@ -64,8 +64,11 @@ IGNORED = "ignored:"                     # rows of folders and system files: in 
 _CHUNK = 1 << 20
 
 
-@dataclass
+@dataclass(frozen=True)
 class Entry:
+    """What became of one entry of the download (or file of the folder): a row of the collect
+    report.  Frozen: ``collect`` replaces an entry with what it learns of it."""
+
     source: str
     lms: str = "folder"
     lms_id: str = ""
@@ -120,12 +123,16 @@ def roster_rows(path: Path, assignment: str | None = None) -> list[tuple[int, di
 def roster_table(path: Path, assignment: str | None = None) -> RosterTable:
     """The rows of a roster file with their line numbers, every cell in Unicode NFC and the two
     ids stripped: the course's roster CSV, or Canvas's gradebook export, or Moodle's participants
-    or grades export, told apart by the header (``lmsroster``).  RosterError (one line, nothing
-    else read) when the file cannot be read, is of no known format, has a student id that cannot
-    be a file name (``<student id>_<assignment>.ipynb`` must read back as the same id), or names a
-    student id or an LMS id twice (two rows of one id would merge two students into one, or split
-    one)."""
+    or grades export, told apart by the header (``lmsroster``).  A row without a student id is
+    skipped, with its line, as the LMS exports' rows without one are.  RosterError (one line,
+    nothing else read) when there is no such file, when it cannot be read, is of no known format,
+    has a student id that cannot be a file name (``<student id>_<assignment>.ipynb`` must read
+    back as the same id), or names a student id or an LMS id twice (two rows of one id would merge
+    two students into one, or split one).  The one reader of a roster file: ``load_roster``,
+    ``read_roster`` and the command line's ``collect`` and ``grade`` all come here."""
     path = Path(path)
+    if not path.is_file():
+        raise RosterError(f"no such roster file: {path}")
     try:
         rows = csvsafe.read(path)
         with open(path, newline="", encoding="utf-8-sig") as fh:
@@ -143,7 +150,11 @@ def roster_table(path: Path, assignment: str | None = None) -> RosterTable:
         row = {k: _nfc(v) if isinstance(v, str) else "" for k, v in row.items() if k}
         row["student_id"], row["lms_id"] = row.get("student_id", "").strip(), row.get("lms_id", "").strip()
         sid = row["student_id"]
-        if sid and assignment and not usable_id(sid, assignment):
+        if not sid:
+            who = row["lms_id"] and f"lms id {row['lms_id']}" or (row.get("name") or "").strip() or "empty"
+            table.skipped.append((line, f"no student_id: {who}"))
+            continue
+        if assignment and not usable_id(sid, assignment):
             raise RosterError(f"roster {path}, line {line}: student id {sid!r} cannot be a file name; use at most "
                               "100 letters, digits, '_', '.' and '-' (not first or last)")
         for what, value in (("student id", sid), ("lms id", row["lms_id"])):
@@ -156,6 +167,14 @@ def roster_table(path: Path, assignment: str | None = None) -> RosterTable:
         raise RosterError(f"roster {path}: each student once, please: " + "; ".join(repeated))
     table.rows = out
     return table
+
+
+def load_roster(path: Path, assignment: str | None = None) -> tuple[dict[str, dict], RosterTable]:
+    """A roster file as the class: student id -> row, and the table it was read from (its
+    format, the columns used, the rows skipped: ``RosterTable.describe``).  RosterError as
+    ``roster_table``."""
+    table = roster_table(path, assignment)
+    return {row["student_id"]: row for _, row in table.rows}, table
 
 
 def lms_index(rows) -> dict[str, dict]:
@@ -173,11 +192,11 @@ def lms_index(rows) -> dict[str, dict]:
 
 
 def read_roster(path: Path | None, assignment: str | None = None) -> dict[str, dict]:
-    """lms id -> roster row (``roster_rows``: RosterError, one line, for a roster that cannot be
+    """lms id -> roster row (``load_roster``: RosterError, one line, for a roster that cannot be
     used)."""
     if path is None:
         return {}
-    return lms_index(r for _, r in roster_rows(path, assignment))
+    return lms_index(load_roster(path, assignment)[0].values())
 
 
 def usable_id(sid: str, assignment: str) -> bool:
@@ -252,11 +271,13 @@ def _unsafe(name: str) -> str:
     return ""
 
 
-def _identify(e: Entry, parts: tuple[str, ...], kind: str) -> None:
+def _identify(parts: tuple[str, ...], kind: str) -> dict:
+    """The LMS, its id of the student, the name and lateness an entry's name says (none for a plain file)."""
     if parts and (m := MOODLE_RE.match(parts[0])) and (len(parts) > 1 or kind == "dir"):
-        e.lms, e.lms_id, e.name = "moodle", m["uid"], _printable(_nfc(m["name"]))
-    elif parts and kind != "dir" and (m := CANVAS_RE.match(parts[-1])):
-        e.lms, e.lms_id, e.name, e.late = "canvas", m["uid"], _printable(_nfc(m["name"])), bool(m["late"])
+        return {"lms": "moodle", "lms_id": m["uid"], "name": _printable(_nfc(m["name"]))}
+    if parts and kind != "dir" and (m := CANVAS_RE.match(parts[-1])):
+        return {"lms": "canvas", "lms_id": m["uid"], "name": _printable(_nfc(m["name"])), "late": bool(m["late"])}
+    return {}
 
 
 def _nfc(text: str) -> str:
@@ -313,63 +334,71 @@ def _collect(assignment: str, items: list[_Item], out: Path, by_lms: dict, max_f
     out.mkdir(parents=True, exist_ok=True)
     items = sorted(items, key=lambda i: i.name)
     holders = {p for i in items for p in (_parts(i.name)[:k] for k in range(1, len(_parts(i.name))))}
-    entries: list[Entry] = []
-    candidates: list[tuple[Entry, _Item]] = []
+    entries: list[Entry] = []             # each a frozen Entry: what is learned of one replaces it
+    candidates: list[tuple[int, _Item]] = []  # (its place in entries, the item)
+
+    def decide(at: int, **found) -> None:
+        entries[at] = replace(entries[at], **found)
+
     for item in items:
         if item.kind == "dir" and _parts(item.name) in holders and not _unsafe(item.name):
             continue  # a folder that holds files: they have rows of their own
         e = Entry(_printable(item.name))
-        entries.append(e)
         try:
-            if _judge(e, item, assignment, by_lms, max_file):
-                candidates.append((e, item))
+            e = _judge(e, item, assignment, by_lms, max_file)
         except Exception as exc:  # noqa: BLE001 - one entry never stops the class
-            e.status = f"could not be read: {type(exc).__name__}: {exc}"[:300]
+            e = replace(e, status=f"could not be read: {type(exc).__name__}: {exc}"[:300])
+        entries.append(e)
+        if not e.status:
+            candidates.append((len(entries) - 1, item))
 
     # two students never share an id: file names that name different students but make one id
-    by_name = [(e, item) for e, item in candidates if not e.lms_id]
+    by_name = [(at, item) for at, item in candidates if not entries[at].lms_id]
     for sid, names in colliding_names([_parts(item.name)[-1] for _, item in by_name], assignment).items():
-        for e, item in by_name:
+        for at, item in by_name:
             if _parts(item.name)[-1] in names:
-                e.status = collision_reason(sid, [_printable(n) for n in names], assignment)
-                e.student_id = ""
-    candidates = [(e, item) for e, item in candidates if not e.status]
+                decide(at, status=collision_reason(sid, [_printable(n) for n in names], assignment), student_id="")
+    candidates = [(at, item) for at, item in candidates if not entries[at].status]
 
     # one notebook per student: the newest Canvas file or Moodle attempt, else the first in name order
     kept: dict[str, tuple[Entry, _Item]] = {}
-    for e, item in sorted(candidates, key=lambda c: (c[0].student_id, _newest_first(*c), c[1].name)):
+    for at, item in sorted(candidates, key=lambda c: (entries[c[0]].student_id, _newest_first(entries[c[0]], c[1]),
+                                                      c[1].name)):
+        e = entries[at]
         first, first_item = kept.get(e.student_id, (None, None))
         if first is None:
             kept[e.student_id] = (e, item)
         elif e.lms == "canvas" and first.lms == "canvas":
-            e.status = f"duplicate: an older file of student {e.student_id}; the newest, {first.source}, is graded"
+            decide(at, status=f"duplicate: an older file of student {e.student_id}; the newest, {first.source}, "
+                              "is graded")
         elif e.lms == "moodle" and first.lms == "moodle" and first_item.when > item.when:
-            e.status = (f"duplicate: an older attempt of student {e.student_id} (by the zip's dates: "
-                        f"{_date(item.when)}); the newest, {first.source} ({_date(first_item.when)}), is graded")
+            decide(at, status=(f"duplicate: an older attempt of student {e.student_id} (by the zip's dates: "
+                               f"{_date(item.when)}); the newest, {first.source} ({_date(first_item.when)}), "
+                               "is graded"))
         else:
-            e.status = f"duplicate: student {e.student_id} already has {first.source}"
+            decide(at, status=f"duplicate: student {e.student_id} already has {first.source}")
 
     written = 0
-    for e, item in candidates:
+    for at, item in candidates:
+        e = entries[at]
         if e.status:
             continue
         if written + item.size > max_total:
-            e.status = (f"not extracted: the notebooks of this zip pass {_fmt_bytes(max_total)} in all "
-                        "(collect --max-total-mb)")
+            decide(at, status=(f"not extracted: the notebooks of this zip pass {_fmt_bytes(max_total)} in all "
+                               "(collect --max-total-mb)"))
             continue
         target = f"{e.student_id}_{assignment}.ipynb"
         try:
             size = _extract(item, out / target, min(max_file, max_total - written))
         except _TooBig as exc:
-            e.status = (f"too big: it inflates past {_fmt_bytes(exc.limit)} (its header said "
-                        f"{_fmt_bytes(item.size)}): not extracted")
+            decide(at, status=(f"too big: it inflates past {_fmt_bytes(exc.limit)} (its header said "
+                               f"{_fmt_bytes(item.size)}): not extracted"))
             continue
         except Exception as exc:  # noqa: BLE001 - a corrupt or encrypted entry is its own row
-            e.status = f"could not be extracted: {_cause(exc)}"[:300]
+            decide(at, status=f"could not be extracted: {_cause(exc)}"[:300])
             continue
         written += size
-        e.target = target
-        e.status = "collected, LATE" if e.late else "collected"
+        decide(at, target=target, status="collected, LATE" if e.late else "collected")
     return entries
 
 
@@ -378,49 +407,47 @@ def _date(stamp: int) -> str:
     return f"{s[:4]}-{s[4:6]}-{s[6:8]} {s[8:10]}:{s[10:12]}:{s[12:]}"
 
 
-def _judge(e: Entry, item: _Item, assignment: str, by_lms: dict, max_file: int) -> bool:
-    """Fill ``e`` from the entry's name, kind and declared size; True when it is a notebook
-    to extract (its status then stays empty)."""
+def _judge(e: Entry, item: _Item, assignment: str, by_lms: dict, max_file: int) -> Entry:
+    """``e`` with what the entry's name, kind and declared size say: its status empty when it is a
+    notebook to extract, else why it is not."""
     parts = _parts(item.name)
     if len(item.name) > MAX_NAME_CHARS:
-        e.status = f"name too long ({len(item.name)} characters, at most {MAX_NAME_CHARS}): not extracted"
-        return False
+        return replace(e, status=f"name too long ({len(item.name)} characters, at most {MAX_NAME_CHARS}): "
+                                 "not extracted")
     if "__MACOSX" in parts or (parts and any(p.startswith(".") for p in parts) and ".." not in parts):
-        e.status = f"{IGNORED} {'macOS metadata' if '__MACOSX' in parts else 'a hidden file or folder'}"
-        return False
-    _identify(e, parts, item.kind)
+        return replace(e, status=f"{IGNORED} {'macOS metadata' if '__MACOSX' in parts else 'a hidden file or folder'}")
+    e = replace(e, **_identify(parts, item.kind))
     notebook = bool(parts) and parts[-1].lower().endswith(".ipynb")
     if e.lms_id:
         row = by_lms.get(e.lms_id)
         if row is None and e.lms == "moodle":  # Moodle's exports carry no participant id: the full name
             row = by_lms.get(name_key(e.name))
         if row is not None or not by_lms:
-            e.student_id = (row or {}).get("student_id", "").strip() or f"{e.lms}{e.lms_id}"
+            e = replace(e, student_id=(row or {}).get("student_id", "").strip() or f"{e.lms}{e.lms_id}")
     elif notebook and item.kind == "file" and not _unsafe(item.name):
         try:
-            e.student_id = student_id_from_name(PurePosixPath(parts[-1]), assignment)
+            e = replace(e, student_id=student_id_from_name(PurePosixPath(parts[-1]), assignment))
         except ValueError as exc:
-            e.status = f"unmatched: {exc}"
-            return False
+            return replace(e, status=f"unmatched: {exc}")
     if why := _unsafe(item.name):
-        e.status = f"unsafe path, {why}: not extracted"
+        status = f"unsafe path, {why}: not extracted"
     elif item.kind == "link":
-        e.status = "a symbolic link: not extracted (links are never followed)"
+        status = "a symbolic link: not extracted (links are never followed)"
     elif item.kind == "special":
-        e.status = "not a regular file (a device, pipe or socket): not extracted"
+        status = "not a regular file (a device, pipe or socket): not extracted"
     elif e.lms_id and not e.student_id:
-        e.status = f"unmatched: {e.lms} id {e.lms_id} ({e.name}) is not in the roster"
+        status = f"unmatched: {e.lms} id {e.lms_id} ({e.name}) is not in the roster"
     elif item.kind == "dir":
-        e.status = "empty folder: nothing was handed in"
+        status = "empty folder: nothing was handed in"
     elif not notebook:
         suffix = PurePosixPath(parts[-1]).suffix if parts else ""
-        e.status = f"not a notebook ({_printable(suffix) or 'no extension'}): not collected"
+        status = f"not a notebook ({_printable(suffix) or 'no extension'}): not collected"
     elif item.size > max_file:
-        e.status = (f"too big: {_fmt_bytes(item.size)}, more than the {_fmt_bytes(max_file)} a notebook may "
-                    "have (collect --max-file-mb): not extracted")
+        status = (f"too big: {_fmt_bytes(item.size)}, more than the {_fmt_bytes(max_file)} a notebook may "
+                  "have (collect --max-file-mb): not extracted")
     else:
-        return True
-    return False
+        return e
+    return replace(e, status=status)
 
 
 def _cause(exc: Exception) -> str:

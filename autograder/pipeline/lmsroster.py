@@ -3,7 +3,8 @@
 Three formats, told apart by their header:
 
 * the course's own roster CSV: ``student_id``, ``lms_id`` (optional ``name``, ``email``,
-  ``login``, ``section``), read as it is;
+  ``login``, ``section``), read as it is (``collect.roster_table`` skips a row without a
+  student id, naming its line);
 * Canvas's gradebook export (*Grades -> Export*): ``Student, ID, SIS User ID, SIS Login ID,
   Section`` and one column per assignment (``Attention (88101)``).  ``student_id`` is the SIS
   User ID, ``lms_id`` Canvas's ID (the number in the file names of "Download Submissions"),
@@ -45,10 +46,11 @@ class RosterTable:
     def describe(self, path) -> str:
         """One line: the format, the columns used, the rows skipped and why."""
         if self.format == "roster":
-            return f"roster {path}: the course's roster CSV, {len(self.rows)} students"
-        kind = {"canvas": "Canvas gradebook export", "moodle": "Moodle participants/grades export"}[self.format]
-        cols = ", ".join(f"{k} from {v!r}" for k, v in self.used.items())
-        text = f"roster {path}: {kind}, {len(self.rows)} students; {cols}"
+            text = f"roster {path}: the course's roster CSV, {len(self.rows)} students"
+        else:
+            kind = {"canvas": "Canvas gradebook export", "moodle": "Moodle participants/grades export"}[self.format]
+            cols = ", ".join(f"{k} from {v!r}" for k, v in self.used.items())
+            text = f"roster {path}: {kind}, {len(self.rows)} students; {cols}"
         if self.skipped:
             text += f"; skipped {len(self.skipped)} row{'s' if len(self.skipped) != 1 else ''}: " + ", ".join(
                 f"line {line} ({why})" for line, why in self.skipped)

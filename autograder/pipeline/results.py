@@ -7,9 +7,10 @@ from pathlib import Path
 from autograder.text.visible import visible
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
-    """One student's outcome (every roster student and every file gets one)."""
+    """One student's outcome (every roster student and every file gets one), built whole by the
+    export stage."""
 
     student_id: str
     file: str
@@ -26,13 +27,11 @@ class Result:
     def percent(self) -> float:
         return 100.0 * self.score / self.max_score if self.max_score else 0.0
 
-    def note(self, text: str) -> None:
-        self.message = f"{self.message}; {text}" if self.message else text
 
-
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """The results of a run, with where its files went (like otter's GradingResults)."""
+    """The results of a run, with where its files went (like otter's GradingResults); built whole
+    by the export stage, the run's last."""
 
     assignment: str
     results: list[Result] = field(default_factory=list)

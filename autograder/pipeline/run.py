@@ -169,16 +169,12 @@ def _remove_stale_runs(runs: Path) -> None:
 
 def read_roster_file(path: Path, assignment: str, with_table: bool = False):
     """student id -> row of a roster file (the course's roster CSV, or Canvas's or Moodle's export:
-    ``collect.roster_table``); one line (GradingError) for a file that is missing or malformed.
+    ``collect.load_roster``); one line (GradingError) for a file that is missing or malformed.
     With ``with_table``: (that dict, the RosterTable)."""
-    from .collect import RosterError, roster_table
+    from .collect import RosterError, load_roster
 
-    path = Path(path)
-    if not path.is_file():
-        raise GradingError(f"no such roster file: {path}")
     try:
-        table = roster_table(path, assignment)  # a repeated student id or LMS id: refused here
+        rows, table = load_roster(path, assignment)  # a repeated student id or LMS id: refused here
     except RosterError as exc:
         raise GradingError(str(exc)) from None
-    rows = {row["student_id"]: row for _, row in table.rows if row["student_id"]}
     return (rows, table) if with_table else rows

@@ -20,13 +20,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-import nbformat
-
 from autograder import SOURCE_DIR
 from autograder.authoring.release import release, write_atomic
 from autograder.course.errors import GradingError, StoppedAfterCommit
 from autograder.course.settings import GradingSettings
 from autograder.records import classrecord, gradebook
+from autograder.records.classbook import NO_ANSWER
 from autograder.records.files import FileChanges, disk_line, replacing
 
 from . import tamper
@@ -58,30 +57,21 @@ def released_notebook(ctx: RunContext) -> Release:
     """The student notebook of the assignment as released (exercises/, generated from solutions/)."""
     from autograder import RELEASE_DIR
 
-    nb_name = f"{ctx.assignment}.ipynb"
-    nb = nbformat.read(ctx.paths.course / RELEASE_DIR / ctx.assignment / nb_name, as_version=4)
-    points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells
-                       if c.metadata.get("nbgrader", {}).get("grade")))
-    return Release(ctx.assignment, nb_name, nb, points)
+    return Release.read(ctx.paths.course / RELEASE_DIR, ctx.assignment)
 
 
 def prepare_release(assignment: str, grading: Path, root: Path) -> Release:
     """Record the assignment in the gradebook, unless this grading folder already holds the
     release of exactly these sources (a second batch of the same class)."""
-    source_nbs = sorted((root / SOURCE_DIR / assignment).glob("*.ipynb"))
-    nb_name = source_nbs[0].name
     stamp = grading / "release" / f".{assignment}.sources"
     sources = _release_fingerprint(root, assignment)
     if not (stamp.exists() and stamp.read_text() == sources
             and gradebook.has_assignment(gradebook.db_url(grading), assignment)
-            and (grading / "release" / assignment / nb_name).exists()):
+            and (grading / "release" / assignment / f"{assignment}.ipynb").exists()):
         release([assignment], out_dir=grading / "release", grading_dir=grading, root=root,
                 checks_dir=grading / "release" / ".checks")
         write_atomic(stamp, sources)
-    released = nbformat.read(grading / "release" / assignment / nb_name, as_version=4)
-    max_points = float(sum(c.metadata["nbgrader"].get("points", 0) for c in released.cells
-                           if c.metadata.get("nbgrader", {}).get("grade")))
-    return Release(assignment, nb_name, released, max_points)
+    return Release.read(grading / "release", assignment)
 
 
 def _release_fingerprint(root: Path, assignment: str) -> str:
@@ -185,9 +175,6 @@ def _read_one(path: Path, sid: str, e: Entry, rel: Release, shown: set) -> Submi
     return Submission(sid, path.name, nb=nb, error=error, notes=notes, flags=flags, late=e.late,
                       lms={"lms_id": e.lms_id, "name": e.name}, source=e.source, grade_ids=grade_ids,
                       remarks=remarks, handed_in=handed_in)
-
-
-NO_ANSWER = "no answer written: every answer cell is still as it was released"
 
 
 def _answers(nb) -> dict[str, str]:
@@ -368,8 +355,7 @@ def _change(ctx: RunContext, judged: Judged) -> tuple[classrecord.Commit, bool, 
         out = outcomes.get(sub.student_id)
         named = not sub.student_id.startswith("?") and "(duplicate)" not in sub.student_id
         reason = sub.error or ("" if out is None or out.graded else out.cause)
-        notes = "; ".join(list(sub.remarks) + (["repaired before grading: " + "; ".join(sub.notes)] if sub.notes
-                                               else []) + (out.notes if out else []))
+        notes = "; ".join(file_notes(sub, out))
         change.intake[sub.student_id if named else f"file:{sub.file}"] = {
             "student_id": sub.student_id if named else "", "file": sub.file, "reason": reason, "late": sub.late,
             "notes": notes, "lms": {k: v for k, v in sub.lms.items() if v}}
@@ -379,6 +365,15 @@ def _change(ctx: RunContext, judged: Judged) -> tuple[classrecord.Commit, bool, 
             roster[sid] = {"student_id": sid, "added": "yes"}
         change.roster = roster
     return change, graded_before, same_as
+
+
+def file_notes(sub: Submission, out: Outcome | None) -> list[str]:
+    """What a file's row says besides its grade and the reason it was not graded, in order: the
+    remarks on the other files of its student, the repairs made before grading, the judge's notes.
+    The one builder of these notes: the class record keeps them (``commit``), the run's summary
+    shows them (``export``)."""
+    repaired = ["repaired before grading: " + "; ".join(sub.notes)] if sub.notes else []
+    return [*sub.remarks, *repaired, *(out.notes if out is not None else [])]
 
 
 def settings_summary(settings: GradingSettings) -> dict:
@@ -455,58 +450,50 @@ def export(ctx: RunContext, committed: Committed) -> Report:
     from autograder.records.export import export as write_exports
 
     out_dir = ctx.out_dir
-    report = Report(ctx.assignment, csv_path=out_dir / "grades.csv", feedback_dir=out_dir / "feedback",
-                    out_dir=out_dir, warnings=list(ctx.warnings + committed.warnings),
-                    graded_before=committed.graded_before, same_as=committed.same_as)
     rel, outcomes = committed.release, committed.outcomes
     result = write_exports(ctx.assignment, ctx.paths.root, out_dir, rel.nb, ctx.spec.lms_column,
                            ctx.spec.canvas_id, pages=True, provenance=committed.settings.provenance)
-    report.missing = result.missing
-    report.missing_students = [r.student_id for r in result.rows
-                               if r.status != "graded" and not r.student_id.startswith("?")]
     rows = {row.student_id: row for row in result.rows}
-    listed = set()
-    for sub in committed.submissions:
-        out = outcomes.get(sub.student_id)
-        r = Result(sub.student_id, sub.file, max_score=rel.max_points, flags=list(sub.flags), late=sub.late)
-        if sub.error:
-            r.message = sub.error
-        else:
-            for remark in sub.remarks:
-                r.note(remark)
-            if sub.notes:
-                r.note("repaired before grading: " + "; ".join(sub.notes))
-            for note in (out.notes if out else []):
-                r.note(note)
-            if out is not None and not out.graded:
-                r.note(out.cause)
-            row = rows.get(sub.student_id)
-            if out is not None and out.graded and row is not None:
-                r.status, r.score = "graded", row.total
-                r.tests = {g: (c.score or 0.0, c.max_score) for g, c in row.cells.items()}
-                r.pending = row.pending
-                if row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
-                    r.note(row.summary(result.auto_max))
-        for student, gid, points in committed.rehand:
-            if student == sub.student_id:
-                r.flags.append(f"written answer {gid} changed since it was hand-graded ({points:g} points "
-                               "before): awaiting a grader again")
-        if r.late:
-            r.note("submitted LATE")
-        report.results.append(r)
-        listed.add(sub.student_id)
+    results = [_result(sub, outcomes.get(sub.student_id), rows.get(sub.student_id), rel, result.auto_max,
+                       committed.rehand) for sub in committed.submissions]
+    listed = {sub.student_id for sub in committed.submissions}
+    absent = []
     for sid in sorted(ctx.roster):  # the class is the roster: whoever on it has no grade is listed
         row = rows.get(sid)
         if sid in listed or row is None or row.status == "graded":
             continue
-        report.absent.append(Result(sid, row.file, max_score=rel.max_points,
-                                    status="no submission" if row.status == "no submission" else "error",
-                                    message=row.reason or row.status))
+        absent.append(Result(sid, row.file, max_score=rel.max_points,
+                             status="no submission" if row.status == "no submission" else "error",
+                             message=row.reason or row.status))
     ids = ctx.paths.collected(ctx.assignment) / ".lms_ids.csv"  # the LMS identities of this download
     if ctx.collected_here() is None and ids.exists() and ctx.source.is_file():
         with replacing(out_dir / "lms_ids.csv", "wb") as fh:
             fh.write(ids.read_bytes())
-    report.changes = list(committed.changes)
-    report.run_id = committed.run_id
-    report.seconds = time.monotonic() - ctx.started
-    return report
+    return Report(ctx.assignment, results=results, csv_path=out_dir / "grades.csv",
+                  feedback_dir=out_dir / "feedback", out_dir=out_dir,
+                  warnings=list(ctx.warnings + committed.warnings), seconds=time.monotonic() - ctx.started,
+                  absent=absent, run_id=committed.run_id, changes=list(committed.changes),
+                  graded_before=committed.graded_before, same_as=committed.same_as, missing=result.missing,
+                  missing_students=[r.student_id for r in result.rows
+                                    if r.status != "graded" and not r.student_id.startswith("?")])
+
+
+def _result(sub: Submission, out: Outcome | None, row, rel: Release, auto_max: float, rehand) -> Result:
+    """One file's row of the run's summary, built whole: its grade from the class record's ``row``
+    when it was graded, else why not; the notes the record keeps (``file_notes``); its flags."""
+    graded = not sub.error and out is not None and out.graded and row is not None
+    notes = [sub.error] if sub.error else []
+    notes += file_notes(sub, out)
+    if not sub.error and out is not None and not out.graded:
+        notes.append(out.cause)
+    if graded and row.pending:  # e.g. "auto 22/22, 8 points await hand grading"
+        notes.append(row.summary(auto_max))
+    if sub.late:
+        notes.append("submitted LATE")
+    flags = list(sub.flags) + [f"written answer {gid} changed since it was hand-graded ({points:g} points before): "
+                               "awaiting a grader again" for student, gid, points in rehand
+                               if student == sub.student_id]
+    return Result(sub.student_id, sub.file, score=row.total if graded else 0.0, max_score=rel.max_points,
+                  status="graded" if graded else "error", message="; ".join(n for n in notes if n),
+                  tests={g: (c.score or 0.0, c.max_score) for g, c in row.cells.items()} if graded else {},
+                  flags=flags, late=sub.late, pending=row.pending if graded else 0.0)

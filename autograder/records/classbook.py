@@ -15,6 +15,11 @@ from autograder.course.cells import GradedCell, graded_cells  # noqa: F401 - par
 
 from .classrecord import read_intake, read_roster
 
+# the note the record keeps for a notebook handed in as it was released (the read stage writes it,
+# the exports tell the student what it means)
+NO_ANSWER = "no answer written: every answer cell is still as it was released"
+
+
 @dataclass
 class CellGrade:
     score: float | None      # None: waiting for a person

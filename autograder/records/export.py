@@ -23,7 +23,7 @@ from pathlib import Path
 
 from autograder.text import csvsafe
 from autograder.text.htmlsafe import page
-from .classbook import ClassRow, GradedCell, class_rows, graded_cells
+from .classbook import NO_ANSWER, ClassRow, GradedCell, class_rows, graded_cells
 from .files import Replacements
 
 
@@ -82,14 +82,23 @@ def question_scores(row: ClassRow, cells: list[GradedCell]) -> dict[str, str]:
     return out
 
 
+def not_graded_note(row: ClassRow) -> tuple[str, str]:
+    """(what became of a student's file, what to do now), in plain text, for a student without a
+    graded submission: the one builder of what such a student reads, on their feedback page
+    (``_simple_page``) and in the LMS files' feedback line (``student_feedback``)."""
+    if row.status == "no submission":
+        what = "No submission was received for this assignment."
+    else:
+        what = f"Your file{(' ' + row.file) if row.file else ''} could not be graded: {row.reason}."
+    return what, ("Hand in the .ipynb file you downloaded from Colab or Jupyter (File > Download), "
+                  "and ask your instructor if the deadline has passed.")
+
+
 def student_feedback(row: ClassRow, cells: list[GradedCell]) -> str:
     """One line a student can act on: what is missing, what waits for a person."""
-    if row.status == "no submission":
-        return "No submission was received. Hand in your .ipynb file where your course collects it."
     if row.status != "graded":
-        return (f"Your file could not be graded: {row.reason}. Hand in the .ipynb file you downloaded from "
-                "Colab or Jupyter (File > Download), and ask your instructor if the deadline has passed.")
-    if "no answer written" in (row.notes or ""):
+        return " ".join(not_graded_note(row))
+    if NO_ANSWER in (row.notes or ""):
         return (f"No answer written: every answer cell of your notebook is still as it was released "
                 f"({row.total:g} points). If you did write answers, you may have handed in the wrong file: "
                 "hand in the .ipynb you downloaded after working (File > Download), and ask your instructor.")
@@ -211,16 +220,12 @@ def _simple_page(assignment: str, row: ClassRow, provenance: str = "") -> str:
 
     from autograder.text.htmlsafe import CSP_META
 
-    if row.status == "no submission":
-        what = "No submission was received for this assignment."
-    else:
-        what = f"Your file{(' ' + escape(row.file)) if row.file else ''} was not graded automatically: {escape(row.reason)}."
+    what, todo = not_graded_note(row)
     late = "<p>It was submitted late.</p>" if row.late else ""
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}<title>{escape(assignment)}: "
             f"feedback for {escape(row.student_id)}</title></head><body><h1>{escape(assignment)}: "
-            f"{escape(row.student_id)}</h1><p>{what}</p>{late}<p>Score: 0 of {row.max_score:g}</p>"
-            "<p>Hand in the .ipynb file you downloaded from Colab or Jupyter (File &gt; Download), "
-            "and ask your instructor if the deadline has passed.</p>"
+            f"{escape(row.student_id)}</h1><p>{escape(what)}</p>{late}<p>Score: 0 of {row.max_score:g}</p>"
+            f"<p>{escape(todo)}</p>"
             "<footer style='margin:2em 0;color:#666;font-size:small' class='grading-provenance'>Graded by the "
             f"course autograder: {escape(provenance or 'the page rebuilt from the class record')}</footer>"
             "</body></html>")

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.course.cells import answer_version
+from autograder.course.cells import Release, answer_version
 from autograder.text.outputs import output_text, read_handed_in
 
 from .classbook import graded_cells
@@ -94,11 +94,11 @@ class HandGrading:
 
     def __init__(self, assignment: str, grading: Path, root: Path):
         self.assignment, self.grading, self.root = assignment, Path(grading), Path(root)
-        rel = sorted((self.grading / "release" / assignment).glob("*.ipynb"))
-        if not rel:
-            raise FileNotFoundError(f"{assignment} has not been graded in {self.grading} yet (no release there)")
-        self.notebook = rel[0].name
-        self.released = nbformat.read(rel[0], as_version=4)
+        try:
+            release = Release.read(self.grading / "release", assignment)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{assignment} has not been graded in {self.grading} yet (no release there)") from None
+        self.notebook, self.released = release.notebook, release.nb
         self.source = nbformat.read(self.root / "solutions" / assignment / self.notebook, as_version=4)
         try:
             from autograder.course.model import load
