@@ -485,6 +485,24 @@ def test_position_interpolation_is_judged_against_the_spread_of_the_rope_runs():
                     r"\{glue:text\}`p12_interp_4L`")
 
 
+# ------------------------------------------- 9: LoRA against full fine-tuning, a gap called noise
+
+
+def test_lora_page_calls_the_accuracy_gap_noise_only_while_it_is_within_two_standard_errors(monkeypatch):
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)  # check_claim asserts at the book's scale
+    nb = page("09_lora.ipynb")
+    (code,) = [c.source for c in nb.cells if c.id == "p07-13"]
+    says(prose(nb), r"That difference is noise, not a result[^.]*\{glue:text\}`p7_se_acc:\.1f` points[^.]*"
+                    r"\{glue:text\}`p7_se_diff:\.1f`, so the gap is \{glue:text\}`p7_diff_in_se:\.1f` standard errors")
+    accuracies = lambda a, b: {"full fine-tuning": {"test accuracy": a}, "LoRA r=8": {"test accuracy": b}}  # noqa: E731
+    close = {"check_claim": book.check_claim, "N_TEST": 400, "results": accuracies(0.843, 0.815)}
+    # 400 articles: standard errors of about 1.8 and 1.9 points, 2.6 for their difference of 2.8 points: no error
+    assert math.isclose(run(code + "\nglue('gap', gap_in_se)", **close)[0]["gap"],
+                        0.028 / math.hypot(math.sqrt(0.843 * 0.157 / 400), math.sqrt(0.815 * 0.185 / 400)))
+    with pytest.raises(AssertionError, match="noise, but it is 2.7 standard errors"):
+        run(code, check_claim=book.check_claim, N_TEST=400, results=accuracies(0.88, 0.81))
+
+
 # ----------------------------------------- 16: LoRA's trainable parameters of a Llama model, by hand
 
 
