@@ -485,6 +485,30 @@ def test_position_interpolation_is_judged_against_the_spread_of_the_rope_runs():
                     r"\{glue:text\}`p12_interp_4L`")
 
 
+# ------------------------------------------- 6: pre-trained against random weights, a gap called clear
+
+
+def test_bert_page_calls_the_gap_clear_and_places_the_scratch_model_against_chance_from_its_numbers(monkeypatch):
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)  # check_claim asserts at the book's scale
+    np = pytest.importorskip("numpy")
+    nb = page("06_bert.ipynb")
+    says(prose(nb), r"A gap of \{glue:text\}`p5_gap:\.1f` points is far outside that noise")
+
+    def figure(pre: float, rnd: float) -> tuple[dict, list[str]]:
+        runs = {name: {"accuracy": [0.25, 0.5, 0.6, last], "loss": [1.0] * 18, "steps": 18, "seconds": 1.0}
+                for name, last in (("pre-trained", pre), ("random initialisation", rnd))}
+        return run(source(nb, "p05-19"), np=np, plt=plt, check_claim=book.check_claim, runs=runs, EPOCHS=3,
+                   AG_NEWS_CLASSES=["a", "b", "c", "d"], N_TRAIN=192, N_TEST=200, LR=3e-4, MAX_LEN=24)
+
+    # 200 articles: 0.35 is 3 standard errors (3.4 points) above chance, 0.27 is within them
+    glued, alts = figure(0.85, 0.35)
+    assert glued["p5_gap"] == pytest.approx(50.0) and "35%, above the dashed chance line" in alts[0]
+    assert "27%, at the dashed chance line" in figure(0.85, 0.27)[1][0]
+    assert "15%, below the dashed chance line" in figure(0.85, 0.15)[1][0]
+    with pytest.raises(AssertionError, match="far outside the noise, but it is within 3 standard errors"):
+        figure(0.45, 0.35)
+
+
 # ------------------------------------------- 9: LoRA against full fine-tuning, a gap called noise
 
 
