@@ -485,6 +485,48 @@ def test_position_interpolation_is_judged_against_the_spread_of_the_rope_runs():
                     r"\{glue:text\}`p12_interp_4L`")
 
 
+# ------------------------------------------- 6: pre-trained against random weights, a gap called clear
+
+
+def test_bert_page_calls_the_gap_clear_and_places_the_scratch_model_against_chance_from_its_numbers(monkeypatch):
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)  # check_claim asserts at the book's scale
+    np = pytest.importorskip("numpy")
+    nb = page("06_bert.ipynb")
+    says(prose(nb), r"A gap of \{glue:text\}`p5_gap:\.1f` points is far outside that noise")
+
+    def figure(pre: float, rnd: float) -> tuple[dict, list[str]]:
+        runs = {name: {"accuracy": [0.25, 0.5, 0.6, last], "loss": [1.0] * 18, "steps": 18, "seconds": 1.0}
+                for name, last in (("pre-trained", pre), ("random initialisation", rnd))}
+        return run(source(nb, "p05-19"), np=np, plt=plt, check_claim=book.check_claim, runs=runs, EPOCHS=3,
+                   AG_NEWS_CLASSES=["a", "b", "c", "d"], N_TRAIN=192, N_TEST=200, LR=3e-4, MAX_LEN=24)
+
+    # 200 articles: 0.35 is 3 standard errors (3.4 points) above chance, 0.27 is within them
+    glued, alts = figure(0.85, 0.35)
+    assert glued["p5_gap"] == pytest.approx(50.0) and "35%, above the dashed chance line" in alts[0]
+    assert "27%, at the dashed chance line" in figure(0.85, 0.27)[1][0]
+    assert "15%, below the dashed chance line" in figure(0.85, 0.15)[1][0]
+    with pytest.raises(AssertionError, match="far outside the noise, but it is within 3 standard errors"):
+        figure(0.45, 0.35)
+
+
+# ------------------------------------------- 9: LoRA against full fine-tuning, a gap called noise
+
+
+def test_lora_page_calls_the_accuracy_gap_noise_only_while_it_is_within_two_standard_errors(monkeypatch):
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)  # check_claim asserts at the book's scale
+    nb = page("09_lora.ipynb")
+    (code,) = [c.source for c in nb.cells if c.id == "p07-13"]
+    says(prose(nb), r"That difference is noise, not a result[^.]*\{glue:text\}`p7_se_acc:\.1f` points[^.]*"
+                    r"\{glue:text\}`p7_se_diff:\.1f`, so the gap is \{glue:text\}`p7_diff_in_se:\.1f` standard errors")
+    accuracies = lambda a, b: {"full fine-tuning": {"test accuracy": a}, "LoRA r=8": {"test accuracy": b}}  # noqa: E731
+    close = {"check_claim": book.check_claim, "N_TEST": 400, "results": accuracies(0.843, 0.815)}
+    # 400 articles: standard errors of about 1.8 and 1.9 points, 2.6 for their difference of 2.8 points: no error
+    assert math.isclose(run(code + "\nglue('gap', gap_in_se)", **close)[0]["gap"],
+                        0.028 / math.hypot(math.sqrt(0.843 * 0.157 / 400), math.sqrt(0.815 * 0.185 / 400)))
+    with pytest.raises(AssertionError, match="noise, but it is 2.7 standard errors"):
+        run(code, check_claim=book.check_claim, N_TEST=400, results=accuracies(0.88, 0.81))
+
+
 # ----------------------------------------- 16: LoRA's trainable parameters of a Llama model, by hand
 
 

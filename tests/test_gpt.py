@@ -190,6 +190,25 @@ def test_training_is_deterministic_and_restores_the_thread_setting():
     assert c.history["train_loss"] != a.history["train_loss"]
 
 
+def test_models_trained_on_one_corpus_encode_it_once(monkeypatch):
+    """A page that trains many models on one corpus (the positions chapter trains 18) pays for its
+    encoding once; another text, or another tokenizer, is encoded afresh."""
+    calls = []
+    encode = G.BPETokenizer.encode
+    monkeypatch.setattr(G.BPETokenizer, "encode", lambda self, text: calls.append(len(text)) or encode(self, text))
+    monkeypatch.setattr(GT, "_ENCODED", {})
+    settings = G.TrainSettings(steps=2, batch_size=4, warmup=1, eval_every=2, eval_batches=1)
+    first = G.train_small_gpt(TINY, settings, CORPUS, log=None)
+    assert sorted(calls) == sorted([len(CORPUS["train"]), len(CORPUS["val"])])
+    second = G.train_small_gpt(TINY, G.TrainSettings(**{**settings.__dict__, "seed": 1}), CORPUS, log=None)
+    assert len(calls) == 2 and second.history["train_loss"] != first.history["train_loss"]
+    tokenizer = first.tokenizer
+    assert GT.encoded(tokenizer, CORPUS["val"]).tolist() == encode(tokenizer, CORPUS["val"])
+    assert GT.encoded(tokenizer, "Stocks fell.").tolist() == encode(tokenizer, "Stocks fell.") and len(calls) == 3
+    smaller = G.BPETokenizer.train(TEXT, 280)
+    assert GT.encoded(smaller, CORPUS["val"]).tolist() == encode(smaller, CORPUS["val"]) and len(calls) == 4
+
+
 def test_cpu_threads_sets_and_restores():
     before = torch.get_num_threads()
     with G.cpu_threads(before + 1):

@@ -134,6 +134,21 @@ def cpu_threads(n: int | None):
         torch.set_num_threads(before)
 
 
+_ENCODED: dict[str, torch.Tensor] = {}  # the last few texts train_small_gpt encoded, by encoding
+
+
+def encoded(tokenizer: BPETokenizer, text: str) -> torch.Tensor:
+    """``text``'s token ids as a tensor, kept for the next call with the same tokenizer and text: a page
+    that trains many small models on one corpus encodes it once, not once per model (about a second
+    each on a 2-core machine). Callers only read the tensor (``get_batch`` indexes it)."""
+    key = hashlib.sha256(tokenizer.backend.to_str().encode() + b"\0" + text.encode()).hexdigest()
+    if key not in _ENCODED:
+        if len(_ENCODED) >= 4:  # a corpus or two at a time; more would only hold memory
+            _ENCODED.pop(next(iter(_ENCODED)))
+        _ENCODED[key] = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    return _ENCODED[key]
+
+
 def train_small_gpt(config: GPTConfig | None = None, settings: TrainSettings | None = None,
                     corpus: dict[str, str] | None = None, device=None, log: Callable | None = print,
                     log_every: int = 100, num_threads: int | None = 1) -> TrainResult:
@@ -157,8 +172,7 @@ def train_small_gpt(config: GPTConfig | None = None, settings: TrainSettings | N
     # a small text can support fewer merges than asked for: size the model to what was learned
     config = replace(config, vocab_size=tokenizer.vocab_size)
     seq_len = _seq_len(config, settings)
-    train_data = torch.tensor(tokenizer.encode(corpus["train"]), dtype=torch.long)
-    val_data = torch.tensor(tokenizer.encode(corpus["val"]), dtype=torch.long)
+    train_data, val_data = encoded(tokenizer, corpus["train"]), encoded(tokenizer, corpus["val"])
 
     torch.manual_seed(settings.seed)  # the initial weights
     model = build_model(config).to(device)
