@@ -682,6 +682,16 @@ def test_preference_page_concludes_only_what_its_numbers_show():
     assert "for β = 1 the end accuracy's 95% Wilson interval lies below" in both
     assert both.endswith("for the other values of β the intervals overlap")
     assert "overlap" not in acc_says(0.50, [0.80, 0.85, 0.90])
+    # "why DPO moves this model so little" stands only while neither accuracy moved beyond its interval
+    ba_cell = ast.parse(source(nb, "p17-before-after"))
+    guards = [ast.unparse(node.args[0]) for node in ast.walk(ba_cell) if isinstance(node, ast.Call)
+              and getattr(node.func, "id", None) == "check_claim"]
+    says(text, r"Why DPO moves this model so little")
+    assert any("moves" in g and "overlap" in g for g in guards), "the page no longer checks that DPO moved little"
+    guard = picked(source(nb, "p17-before-after"), {"overlap"})
+    assert run(guard + "\nglue('o', overlap)", before={"interval": (0.2, 0.4)}, after={"interval": (0.3, 0.5)})[0]["o"]
+    assert not run(guard + "\nglue('o', overlap)", before={"interval": (0.2, 0.4)}, after={"interval": (0.5, 0.7)})[0]["o"]
+    assert not run(guard + "\nglue('o', overlap)", before={"interval": (0.5, 0.7)}, after={"interval": (0.2, 0.4)})[0]["o"]
 
 
 def test_preference_page_compares_three_betas_at_least_a_decade_apart():
