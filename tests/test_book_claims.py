@@ -691,7 +691,7 @@ def test_preference_page_concludes_only_what_its_numbers_show():
     pd = pytest.importorskip("pandas")
     nb = page(PREFERENCE)
     text = prose(nb)
-    for name in ("p17_beta_says", "p17_ba_says"):
+    for name in ("p17_beta_says", "p17_ba_says", "p17_acc_says"):
         says(text, r"\{glue:text\}`" + name + "`")
     # before and after: a difference is claimed only when the two Wilson intervals do not overlap
     verdict = picked(source(nb, "p17-before-after"), {"p17_ba_says"})
@@ -706,6 +706,43 @@ def test_preference_page_concludes_only_what_its_numbers_show():
     assert run(ordering, end=end([0.9, 0.4, 0.1]))[0]["p17_beta_says"].startswith("the larger β, the smaller")
     assert "against the usual" in run(ordering, end=end([0.1, 0.4, 0.9]))[0]["p17_beta_says"]
     assert "no ordering" in run(ordering, end=end([0.4, 0.9, 0.1]))[0]["p17_beta_says"]
+    # the text explains why a larger beta keeps the policy closer, so the run must show it (check_claim)
+    run_cell = ast.parse(source(nb, "p17-run"))
+    claims = [ast.unparse(node.args[0]) for node in ast.walk(run_cell) if isinstance(node, ast.Call)
+              and getattr(node.func, "id", None) == "check_claim"]
+    assert "kl_falls" in claims, "the run no longer checks that the KL falls as beta grows"
+    says(text, r"Why \$\\beta\$ acts like that")
+    # the held-out preference accuracy: a change is claimed only where the Wilson intervals of start and end miss
+    accuracy = picked(source(nb, "p17-run"), {"n_held", "start_lo", "moved", "moves", "betas_where", "p17_acc_says"})
+    held = [None] * 100
+    acc_says = lambda start, ends: run(accuracy, A=__import__("coursekit.gpt.assistant", fromlist=["_"]),  # noqa: E731
+                                       held_pairs=held, start_acc=start,
+                                       end=pd.DataFrame({"accuracy": ends}, index=[0.1, 1.0, 10.0]))[0]["p17_acc_says"]
+    assert acc_says(0.60, [0.62, 0.58, 0.60]).endswith("show no change of the held-out preference accuracy")
+    both = acc_says(0.50, [0.80, 0.20, 0.52])
+    assert "for β = 0.1 the end accuracy's 95% Wilson interval lies above" in both
+    assert "for β = 1 the end accuracy's 95% Wilson interval lies below" in both
+    assert both.endswith("for the other values of β the intervals overlap")
+    assert "overlap" not in acc_says(0.50, [0.80, 0.85, 0.90])
+    # "why DPO moves this model so little" stands only while neither accuracy moved beyond its interval
+    ba_cell = ast.parse(source(nb, "p17-before-after"))
+    guards = [ast.unparse(node.args[0]) for node in ast.walk(ba_cell) if isinstance(node, ast.Call)
+              and getattr(node.func, "id", None) == "check_claim"]
+    says(text, r"Why DPO moves this model so little")
+    assert any("moves" in g and "overlap" in g for g in guards), "the page no longer checks that DPO moved little"
+    guard = picked(source(nb, "p17-before-after"), {"overlap"})
+    assert run(guard + "\nglue('o', overlap)", before={"interval": (0.2, 0.4)}, after={"interval": (0.3, 0.5)})[0]["o"]
+    assert not run(guard + "\nglue('o', overlap)", before={"interval": (0.2, 0.4)}, after={"interval": (0.5, 0.7)})[0]["o"]
+    assert not run(guard + "\nglue('o', overlap)", before={"interval": (0.5, 0.7)}, after={"interval": (0.2, 0.4)})[0]["o"]
+
+
+def test_preference_page_compares_three_betas_at_least_a_decade_apart():
+    """What beta does is shown on three values (the table, the figure, the verdict), not two."""
+    (betas,) = [node.value for node in ast.parse(source(page(PREFERENCE), "p17-imports")).body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "BETAS"]
+    betas = ast.literal_eval(betas)
+    assert len(betas) == 3 and list(betas) == sorted(set(betas)), f"BETAS = {betas}: three values, increasing"
+    assert betas[1] / betas[0] >= 10 and betas[2] / betas[1] >= 10, f"BETAS = {betas}: a decade or more apart"
 
 
 # The pages whose experiments take longest (issue 36): the Colab tier runs them at COURSE_PROFILE=smoke
