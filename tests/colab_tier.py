@@ -62,6 +62,91 @@ def run_cells(python: Path, notebook: Path, env: dict, scratch: Path, timeout: i
     return json.loads(result.read_text())
 
 
+# One kernel for a module's notebooks: a Colab kernel spends 10-25 s importing torch, transformers,
+# datasets and peft before a page's first line runs, more than most pages take at the tier's scale.
+# The runtime's own nbclient runs each notebook in a kernel kept for the next one; before each, a
+# first cell (dropped from the result) resets the user namespace, the input history and the
+# execution count (``%reset`` leaves the last two), closes figures and moves to the notebook's folder, so that a notebook finds nothing another left
+# but the modules already imported (which is what the tier asks about: does the code run on these
+# packages). A notebook that kills its kernel is told as an error and the next one gets a new kernel.
+SERVE = textwrap.dedent("""
+    import json, sys
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    FRESH = ("get_ipython().reset(new_session=True)\\nimport os as _o, matplotlib.pyplot as _p\\n_p.close('all'); _o.chdir({cwd!r})\\n"
+             "del _o, _p")
+    km = None
+    for line in sys.stdin:
+        job = json.loads(line)
+        nb = nbformat.read(job["notebook"], as_version=4)
+        nb.cells.insert(0, nbformat.v4.new_code_cell(FRESH.format(cwd=job["cwd"])))
+        if km is None or not km.is_alive():
+            if km is not None:
+                km.cleanup_resources()
+            km = KernelManager(kernel_name="python3")
+            km.start_kernel(cwd=job["cwd"])
+        client = NotebookClient(nb, km=km, timeout=job["timeout"], kernel_name="python3", allow_errors=True)
+        died = None
+        try:
+            client.execute()
+        except DeadKernelError as exc:
+            died = f"DeadKernelError: {exc}"
+        finally:
+            if client.kc is not None:
+                client.kc.stop_channels()
+        out = []
+        for cell in nb.cells[1:]:
+            if cell.cell_type != "code":
+                continue
+            outputs = cell.get("outputs", [])
+            text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+            errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o.get("output_type") == "error"]
+            out.append({"id": cell.get("id"), "source": cell.source, "text": text[-20000:], "errors": errors})
+        if died and out:
+            out[-1]["errors"].append(died)
+        with open(job["result"], "w") as fh:
+            json.dump(out, fh)
+        print(job["result"], flush=True)
+    if km is not None:
+        km.shutdown_kernel(now=True)
+""")
+
+
+class SharedKernel:
+    """Notebooks run one after another in one kernel of ``python`` (see SERVE); ``run`` is
+    run_cells' contract: the notebook's code cells as {id, source, text, errors}."""
+
+    def __init__(self, python: Path, env: dict, scratch: Path):
+        scratch.mkdir(parents=True, exist_ok=True)
+        (scratch / "serve_notebooks.py").write_text(SERVE)
+        self.scratch = scratch
+        self.proc = subprocess.Popen([str(python), str(scratch / "serve_notebooks.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=(scratch / "serve.log").open("w"),
+                                     text=True, env=env, cwd=scratch)
+
+    def run(self, notebook: Path, timeout: int = 1800) -> list[dict]:
+        result = self.scratch / f"{notebook.parent.name}-{notebook.stem}.cells.json"
+        result.unlink(missing_ok=True)
+        job = {"notebook": str(notebook), "cwd": str(notebook.parent), "result": str(result), "timeout": timeout}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        done = self.proc.stdout.readline()
+        assert done.strip() == str(result) and result.exists(), \
+            f"{notebook.name} did not run:\n{(self.scratch / 'serve.log').read_text()[-3000:]}"
+        return json.loads(result.read_text())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
 def publish_course(dest: Path) -> Path:
     from autograder.authoring.publish import publish
 
@@ -84,12 +169,30 @@ def _env() -> dict:
     return env
 
 
+_KERNELS: dict[tuple[Path, Path], SharedKernel] = {}
+
+
+def kernel_of(install: CourseInstall) -> SharedKernel:
+    """The kernel ``install``'s notebooks share (started at the first notebook)."""
+    key = (install.python, install.course)
+    if key not in _KERNELS:
+        _KERNELS[key] = SharedKernel(install.python, _env(), scratch=install.course / ".tier" / "kernel")
+    return _KERNELS[key]
+
+
+def close_kernel(install: CourseInstall) -> None:
+    kernel = _KERNELS.pop((install.python, install.course), None)
+    if kernel is not None:
+        kernel.close()
+
+
 def run_notebook(install: CourseInstall, nb, folder: str, name: str) -> list[dict]:
-    """Run ``nb`` as ``<published course>/<folder>/<name>`` in the rebuilt runtime; its cells."""
+    """Run ``nb`` as ``<published course>/<folder>/<name>`` in the rebuilt runtime, in the kernel
+    the install's notebooks share; its cells."""
     where = install.course / folder
     where.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, where / name)
-    return run_cells(install.python, where / name, _env(), scratch=install.course / ".tier" / folder)
+    return kernel_of(install).run(where / name)
 
 
 def exercise_copy(install: CourseInstall, assignment: str, solved: bool) -> tuple[str, list[dict]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from colab_runtime import snapshots
-from colab_tier import course_in, exercise_copy, pages_meeting_colab_packages, publish_course, run_notebook
+from colab_tier import close_kernel, course_in, exercise_copy, pages_meeting_colab_packages, publish_course, run_notebook
 from conftest import ROOT, read_nb
 
 pytestmark = [pytest.mark.slow, pytest.mark.colab]
@@ -28,7 +28,9 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p
 
 @pytest.fixture(scope="module")
 def colab(tmp_path_factory):
-    return course_in(TODAY, publish_course(tmp_path_factory.mktemp("colab") / "course"))
+    install = course_in(TODAY, publish_course(tmp_path_factory.mktemp("colab") / "course"))
+    yield install
+    close_kernel(install)
 
 
 def test_the_setup_cell_changes_none_of_colabs_packages(colab):
@@ -69,3 +71,30 @@ def test_a_book_page_runs(colab, page):
     cells = run_notebook(colab, read_nb(ROOT / "book" / f"{page}.ipynb"), "book", f"{page}.ipynb")
     errors = [(c["source"][:60], c["errors"]) for c in cells if c["errors"]]
     assert not errors, f"book/{page} on {colab.runtime.label}: {errors[:3]}"
+
+
+def test_a_notebook_finds_nothing_the_previous_one_left(colab, tmp_path):
+    """The tier's notebooks share a kernel (tests/colab_tier.py, SharedKernel): the next one starts
+    in its own folder with no name, figure or input history of the one before, and after a
+    notebook that kills the kernel the next gets a new one."""
+    import nbformat
+
+    def notebook(name, *sources):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+        return run_notebook(colab, nb, f"tier-shared/{name}", f"{name}.ipynb")
+
+    first = notebook("first", "import numpy as np\nimport matplotlib.pyplot as plt\nleft = 1\nplt.figure()",
+                     "import os\nprint(os.getcwd())")
+    assert not any(c["errors"] for c in first) and first[1]["text"].strip().endswith("tier-shared/first")
+    second = notebook("second", "print(sorted(k for k in globals() if not k.startswith('_') and k not in "
+                      "('In', 'Out', 'get_ipython', 'exit', 'quit', 'open')))",
+                      "import matplotlib.pyplot as plt\nprint(len(plt.get_fignums()), len(In))",
+                      "import os\nprint(os.getcwd())", "np.zeros(1)")
+    assert second[0]["text"].strip() == "[]", second[0]["text"]
+    assert second[1]["text"].split() == ["0", "3"], second[1]["text"]
+    assert second[2]["text"].strip().endswith("tier-shared/second")
+    assert second[3]["errors"] and second[3]["errors"][0].startswith("NameError")
+    died = notebook("died", "import os\nos._exit(3)", "x = 1")
+    assert any("DeadKernel" in e for c in died for e in c["errors"]), died
+    after = notebook("after", "print(40 + 2)")
+    assert after[0]["text"].strip() == "42" and not after[0]["errors"]

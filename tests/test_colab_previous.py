@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from colab_runtime import snapshots
-from colab_tier import course_in, pages_meeting_colab_packages, publish_course
+from colab_tier import close_kernel, course_in, pages_meeting_colab_packages, publish_course
 from test_colab import pytest_generate_tests, test_a_book_page_runs  # noqa: F401
 from test_colab import test_a_solved_exercise_is_ready_to_hand_in  # noqa: F401
 from test_colab import test_the_setup_cell_changes_none_of_colabs_packages  # noqa: F401
@@ -21,4 +21,6 @@ PAGES = pages_meeting_colab_packages(libraries=("peft",), loaders=False)
 
 @pytest.fixture(scope="module")
 def colab(tmp_path_factory):
-    return course_in(PREVIOUS, publish_course(tmp_path_factory.mktemp("colab-previous") / "course"))
+    install = course_in(PREVIOUS, publish_course(tmp_path_factory.mktemp("colab-previous") / "course"))
+    yield install
+    close_kernel(install)
