@@ -223,6 +223,11 @@ class LocalBackend:
     def close(self) -> None:
         """Every grading process ended (each stops its zygote and spare kernel)."""
         workers, self._workers[:] = list(self._workers), []
+        for worker in workers:  # all told first (end of requests), so that they wind down together
+            try:
+                worker.proc.stdin.close()
+            except OSError:
+                pass
         for worker in workers:
             worker.stop()
         self._key = None

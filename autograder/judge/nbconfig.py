@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autograder import RELEASE_DIR, ROOT, SOURCE_DIR
 from autograder.course.model import CourseFileError, Grading, load
-from autograder.course.paths import GradingPaths
+from autograder.course.paths import GradingPaths, read_alembic_head_in_process
 
 
 def cell_timeout(root: Path = ROOT, argv: list[str] | None = None) -> int:
@@ -32,6 +32,7 @@ def cell_timeout(root: Path = ROOT, argv: list[str] | None = None) -> int:
 def configure(c, root: Path = ROOT, grading_dir: Path | None = None, argv: list[str] | None = None) -> None:
     """Fill a traitlets Config ``c`` with the course layout and grading policy (``argv``: the
     nbgrader command's, for the notebooks it is given)."""
+    read_alembic_head_in_process()  # a new gradebook without a 3-4 s `alembic heads` subprocess
     paths = GradingPaths.at(grading_dir, root)
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = "transformers-course"

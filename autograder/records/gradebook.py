@@ -92,9 +92,10 @@ def staging_copy(url: str, path: Path, assignment: str) -> Path:
     if source is not None:
         shutil.copy(source, path)
         return path
-    from autograder.course.paths import nbgrader_env
+    from autograder.course.paths import nbgrader_env, read_alembic_head_in_process
     from autograder.course.settings import environ
 
+    read_alembic_head_in_process()
     with environ({"PATH": nbgrader_env()["PATH"]}), Gradebook(f"sqlite:///{path}"):  # nbgrader's schema (alembic)
         pass
     tables = Base.metadata.tables
