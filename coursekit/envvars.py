@@ -80,6 +80,8 @@ VARIABLES: tuple[Variable, ...] = (
              "`<step>:kill` or `<step>:enospc`: the tests' injected kill or full disk at a write point"),
     # the tests and the scripts
     Variable("COURSE_TEST_WORKERS", TOOLS, ("scripts/test.sh",), "pytest workers of the suite (0: one process)"),
+    Variable("COURSE_TEST_RELEASES", TOOLS, ("tests/conftest.py",),
+             "set by the tests: the session's folder of releases that runs with the fake backend copy"),
     Variable("COURSE_VENV", TOOLS, ("scripts/env.sh",), "where scripts/env.sh makes the virtual environment"),
     Variable("COURSE_LLAMACPP", TOOLS, ("scripts/env.sh",), "`1`: scripts/env.sh installs llama-cpp-python too"),
     Variable("COURSE_AG_NEWS_POOL", TOOLS, ("scripts/make_ag_news_subsets.py", "tests/test_data.py"),

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -14,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# this session's folder of the releases that faked runs copy (tests/fakebackend.py, release_once)
+RELEASES = "COURSE_TEST_RELEASES"
 
 SOLUTION_RE = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
 HIDDEN_RE = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
@@ -217,6 +220,11 @@ def pytest_configure(config):
 
     register(config)
     _pin_worker()
+    os.environ[RELEASES] = tempfile.mkdtemp(prefix="course-test-releases-")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(os.environ.pop(RELEASES, None) or "/nonexistent", ignore_errors=True)
 
 
 # ---------------------------------------------------------------- two workers (pytest-xdist)

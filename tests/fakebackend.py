@@ -27,7 +27,9 @@ first (``DRIVER`` below), as the tests that kill a command half way through do.
 """
 from __future__ import annotations
 
+import hashlib
 import html
+import os
 import re
 import shutil
 import warnings
@@ -39,10 +41,12 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.utils import compute_checksum
 
 import autograder.backends as backends
+import autograder.pipeline.stages as stages
 from autograder.course.paths import nbgrader_env
 from autograder.course.settings import environ
 from autograder.isolation.sandbox import SandboxInfo
 from autograder.judge.worker import Outcome
+from conftest import RELEASES
 
 RELEASED_ATTENTION = Path(__file__).resolve().parent.parent / "exercises" / "attention" / "attention.ipynb"
 
@@ -158,15 +162,53 @@ def submission(code: str, score: float) -> bytes:
     return nbformat.writes(nb).encode()
 
 
+def release_once(real):
+    """``autograder.pipeline.stages.release`` for faked runs: the release of one assignment into a
+    fresh grading folder (no gradebook yet) is made once per test session with ``real``, into a
+    folder of its own, and copied from there after (the gradebook file and the release/ folder,
+    all that ``real`` writes there), saving `nbgrader generate_assignment` (5-8 s a run); anything
+    else is ``real`` itself.  The real release runs in every test of the other tiers, and in the
+    fast tier's first run of each assignment."""
+    def release(names, out_dir=None, grading_dir=None, root=None, checks_dir=None):
+        kept = os.environ.get(RELEASES)  # this session's folder (tests/conftest.py); children inherit it
+        grading = Path(grading_dir) if grading_dir is not None else None
+        if (not kept or grading is None or root is None or len(names or ()) != 1
+                or Path(out_dir) != grading / "release" or Path(checks_dir) != grading / "release" / ".checks"
+                or (grading / "gradebook.db").exists() or (grading / "gradebook.url").exists()):
+            return real(names, out_dir=out_dir, grading_dir=grading_dir, root=root, checks_dir=checks_dir)
+        key = hashlib.sha256(f"{Path(root).resolve()}\0{names[0]}\0{stages._release_fingerprint(Path(root), names[0])}"
+                             .encode()).hexdigest()[:24]
+        template = Path(kept) / key
+        if not template.exists():
+            fresh = Path(kept) / f".{key}.{os.getpid()}"
+            shutil.rmtree(fresh, ignore_errors=True)
+            real(names, out_dir=fresh / "release", grading_dir=fresh, root=root, checks_dir=fresh / "release" / ".checks")
+            try:
+                os.rename(fresh, template)
+            except OSError:  # another process made it first
+                shutil.rmtree(fresh, ignore_errors=True)
+        grading.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(template / "release", grading / "release", dirs_exist_ok=True)
+        pass  # PLANT
+        return sorted(p for p in (grading / "release").rglob("*") if p.is_file())
+
+    release.real = real
+    return release
+
+
 def install(monkeypatch=None, fake: FakeBackend | None = None) -> FakeBackend:
-    """Runs judged by ``fake`` (a plain FakeBackend when none): with ``monkeypatch``, until it
-    undoes its changes (a real grading later in the same process must not be faked); without,
-    for the rest of this process (a child process that runs one command, ``DRIVER``)."""
+    """Runs judged by ``fake`` (a plain FakeBackend when none), and recording a release made once
+    (``release_once``): with ``monkeypatch``, until it undoes its changes (a real grading later
+    in the same process must not be faked); without, for the rest of this process (a child
+    process that runs one command, ``DRIVER``)."""
     fake = fake if fake is not None else FakeBackend()
+    real = getattr(stages.release, "real", stages.release)
     if monkeypatch is None:
         backends.backend_for = lambda settings: fake
+        stages.release = release_once(real)
     else:
         monkeypatch.setattr(backends, "backend_for", lambda settings: fake)
+        monkeypatch.setattr(stages, "release", release_once(real))
     return fake
 
 

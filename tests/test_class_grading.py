@@ -246,3 +246,26 @@ def test_the_summary_row_and_the_class_record_note_the_same(tmp_path):
     assert row["status"] == "not graded" and "duplicate" in row["notes"], row
     message = report.by_student()["s001"].message
     assert row["reason"] in message and row["notes"] in message, (message, row)
+
+
+def test_a_faked_runs_copied_release_holds_all_a_release_writes(tmp_path, monkeypatch):
+    """The fake backend's runs copy a release made once (fakebackend.release_once): what the real
+    release writes into a fresh grading folder is all copied, byte for byte, and nothing else."""
+    import autograder.pipeline.stages as stages
+    from conftest import RELEASES
+    from fakebackend import release_once
+
+    monkeypatch.setenv(RELEASES, str(tmp_path / "kept"))
+    (tmp_path / "kept").mkdir()
+    once = release_once(getattr(stages.release, "real", stages.release))
+
+    def files(folder):
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+    for name in ("first", "second"):
+        g = tmp_path / name
+        once(["project_aether"], out_dir=g / "release", grading_dir=g, root=ROOT, checks_dir=g / "release" / ".checks")
+    (template,) = [p for p in (tmp_path / "kept").iterdir() if not p.name.startswith(".")]
+    made = files(template)  # what the real release wrote into a fresh folder
+    assert "gradebook.db" in made and "release/project_aether/project_aether.ipynb" in made
+    assert files(tmp_path / "first") == made and files(tmp_path / "second") == made
