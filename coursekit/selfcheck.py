@@ -31,6 +31,7 @@ from pathlib import Path
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 _current: dict[str, str] = {}
 
+from .failures import MAX_TEXT, explain_failure
 from .remote import LocalStudent
 from .runtime import environment_problem
 
@@ -166,18 +167,12 @@ class warn_only:
         if runtime:  # the runtime's packages, not the student's code nor the test
             _warn(Unchecked(f"could not be checked: {runtime}"))
             return True
-        if isinstance(exc, AssertionError):
-            _warn(str(exc) or "a check failed")
-            return True
         if getattr(exc, "from_student", False):
             undefined = _NAME_RE.search(str(exc)) if isinstance(exc, NameError) else None
-            if undefined:
-                _warn(_not_defined(undefined.group(1)))
-            elif isinstance(exc, NotImplementedError):
-                _warn("not answered yet")
-            else:
-                name = getattr(exc, "student_type", None) or type(exc).__name__
-                _warn(f"your code raised {name}" + (f": {exc}" if str(exc) else ""))
+            _warn(_not_defined(undefined.group(1)) if undefined else explain_failure(exc, "", "").message)
+            return True
+        if isinstance(exc, AssertionError):
+            _warn(str(exc) or "a check failed")
             return True
         if getattr(exc, "student_caused", False):  # autograder.judge: KernelDied, RemoteTimeout
             _warn(f"could not be checked: {exc}")
@@ -258,7 +253,6 @@ class _Context:
         runtime = environment_problem(exc)
         if runtime:  # an installed library failed to import or refused a version: not the student's mistake
             return "runtime", f"could not be checked: {runtime}"
-        name_type = getattr(exc, "student_type", None) or type(exc).__name__
         if isinstance(exc, NameError) and _NAME_RE.search(str(exc)):
             name = _NAME_RE.search(str(exc)).group(1)
             # "... in the notebook": the test asked for a global the notebook does not have;
@@ -267,24 +261,15 @@ class _Context:
             if not inside_code or name in self.answers or name in self.origins:
                 return self._undefined(name, own)
         frames = _answer_frames(exc, self.answers)
-        if isinstance(exc, NotImplementedError):
-            fn, q = frames[-1] if frames else (None, own)
-            if q != own:
-                return "fail", f"{q} is not answered yet ({fn} raises NotImplementedError), so {own} cannot be checked"
-            return "unanswered", "not answered yet" + (f" ({fn} still raises NotImplementedError)" if fn else "")
-        if isinstance(exc, AssertionError):
-            text = str(exc)
-            if not text:
-                line = _failing_line(exc, source)
-                text = f"failed: {line}" if line else "an assertion failed"
-            return "fail", text
-        detail = f"{name_type}: {exc}" if str(exc) else name_type
         if frames and frames[-1][1] != own:
-            fn, q = frames[-1]
+            fn, q = frames[-1]  # an answer to another question broke: that question is the one to fix
+            if isinstance(exc, NotImplementedError):
+                return "fail", f"{q} is not answered yet ({fn} raises NotImplementedError), so {own} cannot be checked"
+            name = getattr(exc, "student_type", None) or type(exc).__name__
+            detail = f"{name}: {str(exc)[:MAX_TEXT]}" if str(exc) else name
             return "fail", f"{q} does not work yet ({fn} raised {detail}), so {own} cannot be checked"
-        if getattr(exc, "from_student", False):
-            return "fail", f"{frames[-1][0] if frames else 'your code'} raised {detail}"
-        return "fail", detail
+        failure = explain_failure(exc, source, f"<check {test['grade_id']}>", culprit=frames[-1][0] if frames else None)
+        return ("unanswered" if failure.unanswered else "fail"), failure.reason
 
     def _undefined(self, name: str, own: str) -> tuple[str, str]:
         if name in self.answers:
@@ -308,17 +293,6 @@ class _Context:
             return "fail", (f"{name} is not defined: run the cell that calls {', '.join(via)} "
                             "(or Restart and run all); if that cell fails, fix what it reports")
         return "fail", f"{name} is not defined: run the cells above this one (or Restart and run all)"
-
-
-def _failing_line(exc: BaseException, source: str) -> str:
-    tb, line = exc.__traceback__, None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith("<check"):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    if line is None:
-        return ""
-    return source.splitlines()[line - 1].strip()
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from coursekit.failures import HIDDEN_FAILURE
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
@@ -25,7 +26,7 @@ def short_error(output) -> None:
     """Reduce an error output to one line: a traceback would quote hidden-test lines."""
     ename, evalue = output.get("ename", "Error"), output.get("evalue", "")
     if ename == "AssertionError" and not evalue:
-        evalue = "a hidden check failed (see the first line of this cell for what it checks)"
+        evalue = HIDDEN_FAILURE
     output["traceback"] = [f"{ename}: {evalue}"]
 
 
