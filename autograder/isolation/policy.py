@@ -55,10 +55,10 @@ class Policy:
 
     workdir: str                     # its working folder (a tmpfs, the submission's copy in it)
     connection: str                  # its connection folder on the host
+    memory_mb: int                   # its limits (``confine.limit_resources``), from the run's settings:
+    file_mb: int                     # no value of their own here (the defaults are course.yml's schema)
     readonly: tuple = ()             # host folders it sees, read-only, at their own path
     tmpfs: tuple = ()                # (path, MiB) pairs: where it may write
-    memory_mb: int = 8192
-    file_mb: int = 512
     gpu: bool = False
     env: dict = field(default_factory=dict)
     namespaces: tuple = NAMESPACES

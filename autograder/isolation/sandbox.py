@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coursekit import envvars
@@ -168,9 +168,9 @@ def confined(command: list[str], policy: Policy) -> list[str]:
 
 
 def set_limits(policy: Policy) -> None:
-    """The policy's resource limits, for this process and all it starts (``confine.limit_resources``;
-    with the GPU the data segment is limited, not the address space)."""
-    limit_resources(policy.memory_mb, policy.file_mb, data_segment=policy.gpu)
+    """The policy's resource limits, for this process and all it starts (``confine.limit_resources``,
+    which the zygote's kernels get theirs from too)."""
+    limit_resources(asdict(policy))
 
 
 @dataclass

@@ -200,7 +200,7 @@ def become_kernel(setup: dict, policy: dict, request: dict, ready_fd: int) -> No
                 _mount(path, path, None, MS_BIND | MS_REC)
                 _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | proc_flags)
         os.setsid()
-        _confine_module().limit_resources(policy["memory_mb"], policy["file_mb"])  # no GPU in a zygote
+        _confine_module().limit_resources(policy)  # as a bubblewrap sandbox's (sandbox.set_limits)
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.closerange(3, ready_fd)
