@@ -42,6 +42,7 @@ claim that does not hold prints a note instead of failing.
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 from typing import Any, Sequence
@@ -202,8 +203,6 @@ def show_source(*objects):
     colours in the book, in JupyterLab and on Colab (a printed ``inspect.getsource`` string
     is plain, unhighlighted text).  The code shown is the code that runs.
     """
-    import inspect
-
     from IPython.display import Code
 
     return Code("\n\n\n".join(inspect.getsource(obj).rstrip() for obj in objects), language="python")

@@ -17,6 +17,8 @@ import os
 import random
 import re
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 __all__ = ["AG_NEWS_CLASSES", "DataUnavailableError", "load_small_ag_news",
@@ -83,9 +85,6 @@ _BESIDE_PACKAGE = Path(__file__).resolve().parent.parent / "data"
 
 def _download(name: str) -> Path | None:
     """Fetch ``data/<name>`` of the course repository into the cache (None on failure)."""
-    import urllib.error
-    import urllib.request
-
     import coursekit
     from coursekit.models import course_cache_dir
 

@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,8 +312,6 @@ def _quiet():
 
         cls.__init__ = quiet_init
         restore.append(lambda: setattr(cls, "__init__", original))
-    import warnings
-
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -42,9 +42,10 @@ import base64
 import math
 import os
 import re
-import struct
 import shutil
+import struct
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from . import envvars
@@ -83,8 +84,6 @@ def _choose_source(app, config) -> None:
 def _check_figure_renderer(app, config) -> None:
     """The renderer ``course`` is an entry point of this package: an environment that installed
     an older version of it has none, and myst-nb would stop with "No Entry Point found"."""
-    from importlib.metadata import entry_points
-
     from sphinx.util import logging
 
     if config.nb_render_plugin == "course" and not entry_points(group="myst_nb.renderers", name="course"):

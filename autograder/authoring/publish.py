@@ -37,6 +37,7 @@ import json
 import keyword
 import re
 import shutil
+import tempfile
 import textwrap
 import tokenize
 from collections.abc import Iterator
@@ -732,8 +733,6 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
     brought up to date (files no longer published are removed; files publish never wrote are
     left alone).  Everything is written and checked for leaks in a folder of its own first.
     Returns the files of the course."""
-    import tempfile
-
     from .stamp import check
 
     course = course or load(root)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import ctypes
 import json
 import os
 import re
@@ -245,8 +246,6 @@ def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux renameat2 with RENAME_EXCHANGE); False where unsupported."""
     if not sys.platform.startswith("linux"):
         return False
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2

@@ -1,7 +1,9 @@
 """The graded cells of a released notebook: what each is worth and what it is called."""
 from __future__ import annotations
 
+import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,16 +71,12 @@ class Release:
 def normalised_answer(text: str) -> str:
     """A student's answer as compared between submissions: NFC, Unix line ends, no trailing
     spaces on a line, no blank lines around it (what a person grading it would not see)."""
-    import unicodedata
-
     lines = unicodedata.normalize("NFC", text or "").replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "\n".join(line.rstrip() for line in lines).strip("\n")
 
 
 def answer_version(text: str) -> str:
     """The version of an answer: a checksum of its normalised text (12 hex digits)."""
-    import hashlib
-
     return hashlib.sha256(normalised_answer(text).encode("utf-8")).hexdigest()[:12]
 
 

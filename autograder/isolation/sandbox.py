@@ -29,9 +29,11 @@ Without bubblewrap only the resource limits apply, and ``grade`` prints a warnin
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -291,9 +293,6 @@ def die_with_parent(parent_env: str = "JPY_PARENT_PID") -> None:
     already gone (its pid is in ``parent_env``): a grading worker killed at its time limit leaves
     no kernel behind, and a killed ``grade`` no worker.  (bubblewrap's own ``--die-with-parent``
     would tie the sandbox to this process only.)"""
-    import ctypes
-    import signal
-
     parent = os.environ.get(parent_env) if parent_env else None  # JPY_PARENT_PID: jupyter_client's
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG

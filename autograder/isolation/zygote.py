@@ -29,7 +29,9 @@ the kernel with bubblewrap as before; no student code has run at that point.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
+import importlib
 import json
 import os
 import random
@@ -62,8 +64,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _confine_module():
     """autograder/confine.py: bound as /course_confine.py in the zygote's sandbox."""
     if "course_confine" not in sys.modules:
-        import importlib
-
         try:
             importlib.import_module("course_confine")
         except ImportError:  # pragma: no cover - run outside its sandbox (tests)
@@ -299,8 +299,6 @@ def serve(sock_path: str, setup: dict, preload: list[str]) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(64)
-    import importlib
-
     for name in [*KERNEL_MODULES, *preload]:  # the kernel's own start-up, paid once
         try:
             importlib.import_module(name)
@@ -329,8 +327,6 @@ def serve(sock_path: str, setup: dict, preload: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m autograder.isolation.zygote")
     parser.add_argument("socket")
     parser.add_argument("--setup", required=True, help="JSON: workbase, readable, rebind (sandbox.main)")

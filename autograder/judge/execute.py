@@ -16,6 +16,10 @@ from __future__ import annotations
 import atexit
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -95,10 +99,6 @@ class JudgedExecute(NbGraderPreprocessor):
     def _ensure_zygote(self, base: Path) -> None:
         """Start this process's zygote for these settings (or keep the one running), when the
         kernels run in bubblewrap on the CPU; otherwise kernels start as separate sandboxes."""
-        import os
-        import subprocess
-        import sys
-
         from jupyter_client.kernelspec import KernelSpecManager
 
         key = self._spare_key(base)
@@ -244,9 +244,6 @@ class JudgedExecute(NbGraderPreprocessor):
 
 def _stop_zygote() -> None:
     """Kill the zygote (its sandbox, with any kernel still forked from it) and remove its folder."""
-    import os
-    import signal
-
     proc, folder = _ZYGOTE.pop("proc", None), _ZYGOTE.pop("dir", None)
     _ZYGOTE.clear()
     if proc is not None:

@@ -1,7 +1,9 @@
 """nbconvert preprocessors and the feedback exporter used by the grading pipeline."""
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 from coursekit.failures import HIDDEN_FAILURE
 from nbconvert.exporters import HTMLExporter, TemplateExporter
@@ -182,9 +184,6 @@ class FeedbackExporter(HTMLExporter):
         yield ("latex2mathml", htmlsafe.latex_to_html)
 
     def _facts(self) -> dict:
-        import json
-        from pathlib import Path
-
         if not self.facts:
             return {}
         try:

@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
+import traceback
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,9 +43,6 @@ def validate_metadata_once() -> None:
     ``jsonschema.validate(metadata, schema)``, which first checks the *schema* against
     JSON Schema's meta-schema, each time (about 2.5 ms a cell, 0.15 s a submission).  Same
     check, with each schema checked once and its validator kept."""
-    import json
-    import types
-
     import jsonschema
     from nbgrader.nbgraderformat import common
 
@@ -199,8 +200,6 @@ class Job:
                 scratch: Path | None = None, late=()) -> "Job":
         """Make the worker folder: a copy of ``gradebook`` (the release), each notebook (student
         id -> notebook JSON) where nbgrader looks for it, the course's kernelspec, ``job.json``."""
-        import shutil
-
         from autograder.isolation import sandbox
         from autograder.isolation.scratch import remove_tree
 
@@ -329,9 +328,6 @@ def serve(requests, replies) -> int:
     goes to its folder's ``log.txt``.  The kernel zygote and the spare kernel of one job serve
     the next ones (``JudgedExecute``); each submission still gets a fresh sandboxed kernel.
     Ends at the end of ``requests``."""
-    import tempfile
-    import traceback
-
     validate_metadata_once()
     from nbgrader.apps import autogradeapp, generatefeedbackapp  # noqa: F401 - imported ahead
 

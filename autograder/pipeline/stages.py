@@ -16,6 +16,7 @@ import platform
 import time
 import uuid
 from dataclasses import asdict, replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -258,8 +259,6 @@ def prepare(ctx: RunContext, screened: Screened) -> Prepared:
 
 def provenance(assignment: str, info) -> str:
     """How a submission was graded, for the end of its feedback page."""
-    from importlib.metadata import PackageNotFoundError, version
-
     versions = {}
     for dist in ("nbgrader", "torch", "transformers", "nbformat"):
         try:  # read from the installed metadata: importing torch here would cost seconds

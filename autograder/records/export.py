@@ -16,9 +16,15 @@ grade columns stay numbers.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 
 from autograder.text import csvsafe
@@ -216,8 +222,6 @@ def _own(out: Replacements | None):
 
 def _simple_page(assignment: str, row: ClassRow, provenance: str = "") -> str:
     """The page of a student with no graded submission: the reason, in words, and what to do."""
-    from html import escape
-
     from autograder.text.htmlsafe import CSP_META
 
     what, todo = not_graded_note(row)
@@ -327,9 +331,6 @@ def _staged_feedback(assignment: str, grading: Path, students: list[str], root: 
     place in nbgrader's feedback folder -> the staged page, for the caller to put in place with
     its other files.  The staging folder goes when the block ends, and so do those of exports
     that were killed (their process is gone)."""
-    import os
-    import uuid
-
     from autograder.isolation.scratch import remove_tree
 
     from .faults import fault
@@ -351,16 +352,11 @@ def regenerate_feedback(assignment: str, grading: Path, students: list[str], roo
                         into: Path | None = None) -> None:
     """Every graded student's feedback page rendered again from the gradebook (hand grades
     included), into nbgrader's feedback folder, or (``into``) a folder laid out like it."""
-    import time
-
     from autograder import ROOT
     from autograder.course.paths import GradingPaths, nbgrader_env
 
     if not students:
         return
-    import json
-    import tempfile
-
     from .classrecord import read_intake
 
     paths = GradingPaths(Path(grading), root or ROOT)

@@ -10,6 +10,7 @@ The copies are made, and the new files staged, before the change's transaction c
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -288,8 +289,6 @@ class FileChanges:
 
     def journal(self, step: str = "") -> None:
         """The journal of the renames, written whole, last before the transaction commits."""
-        import json
-
         self._started = True
         self.dir.mkdir(parents=True, exist_ok=True)
         with replacing(self.dir / JOURNAL, step=step) as fh:
@@ -297,8 +296,6 @@ class FileChanges:
 
     @classmethod
     def load(cls, journal: Path) -> "FileChanges":
-        import json
-
         data = json.loads(Path(journal).read_text())
         grading = Path(journal).parents[2]
         self = cls(grading, data["assignment"], Path(journal).parent.name, data.get("kind", "grade"))

@@ -8,6 +8,8 @@ records another database in ``<grading>/gradebook.url``; every later command on 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import sqlite3
 from pathlib import Path
 
 from autograder.course.paths import GradingPaths, sqlite_path
@@ -62,8 +64,6 @@ def damaged(url: str, exc: BaseException | str) -> GradebookUnreachable:
 def check_sqlite(url: str) -> None:
     """A SQLite gradebook file that exists must open as a database with readable tables
     (GradebookDamaged otherwise); other databases are checked by ``check_reachable``."""
-    import sqlite3
-
     path = sqlite_path(url)
     if path is None or not path.exists():
         return
@@ -82,8 +82,6 @@ def staging_copy(url: str, path: Path, assignment: str) -> Path:
     assignment as released (with the same ids), so that the rows they write can go into the
     class record as they are.  A SQLite gradebook is copied whole; another database's release
     rows are copied table by table."""
-    import shutil
-
     import sqlalchemy as sa
     from nbgrader.api import Base, Gradebook
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import fcntl
 import json
 import os
 import re
@@ -136,8 +137,6 @@ class _FileLock:
 
     def try_take(self, me: dict, say) -> dict | None:
         """None when taken; else who holds it."""
-        import fcntl
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -7,6 +7,7 @@ import functools
 import io
 import itertools
 import pickle
+import sys
 import types
 
 from .codec import CALLBACK_PREFIX, ProtocolError, RemoteTimeout, decode, student_exception
@@ -52,8 +53,6 @@ def _is_importable(fn) -> bool:
     qual = getattr(fn, "__qualname__", "")
     if not mod or mod in ("__main__", "__judge__") or "<" in qual:
         return False
-    import sys
-
     target = sys.modules.get(mod)
     for part in qual.split("."):
         target = getattr(target, part, None)
