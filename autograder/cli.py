@@ -10,6 +10,9 @@ from pathlib import Path
 
 from autograder import GRADING_DIR, ROOT
 
+# Imports inside functions: each command imports the modules it needs when it runs: `python -m autograder
+# --help` and the light commands start without loading the pipeline, nbgrader or the database layer.
+
 
 class CliError(Exception):
     """A mistake on the command line: one line for the user, exit status 2."""

@@ -47,6 +47,9 @@ import numbers
 import os
 from typing import Any, Sequence
 
+# Imports inside functions: matplotlib, numpy, IPython and myst_nb are imported by the functions that draw
+# or glue: the book's build (sphinx_book) imports this module for its constants without them.
+
 __all__ = ["check_claim", "glue", "heatmap", "fit_loglog_slope", "page_scale", "set_style", "show", "show_source"]
 
 PROFILE_VARIABLE = "COURSE_PROFILE"

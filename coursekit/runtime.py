@@ -36,6 +36,9 @@ import sysconfig
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
 
+# Imports inside functions: torchvision is imported by the check it serves (the clash it neutralises);
+# on_colab comes from the package, which imports this module (an import cycle).
+
 __all__ = ["install", "applied", "environment_problem"]
 
 _applied: list[str] = []   # one line per clash neutralised in this process

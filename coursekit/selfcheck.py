@@ -29,9 +29,14 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Imports inside functions: IPython and google.colab are imported where the notebook is asked for its cells
+# or history: the self-check also runs outside IPython (tests, the grader), and google.colab exists only on
+# Colab.
+
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 _current: dict[str, str] = {}
 
+from . import REPO_URL
 from .failures import MAX_TEXT, explain_failure
 from .remote import LocalStudent
 from .runtime import environment_problem
@@ -82,8 +87,6 @@ def load_spec(name: str) -> dict:
     path = CHECKS_DIR / f"{name}.json"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in CHECKS_DIR.glob("*.json"))) or "none"
-        from . import REPO_URL
-
         raise ValueError(f"no self-checks for assignment {name!r} (known: {known}); "
                          f"update coursekit: pip install -U git+{REPO_URL}")
     return json.loads(path.read_text())

@@ -48,10 +48,14 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from . import envvars
-
 from docutils import nodes
 from myst_nb.core.render import MimeData, NbElementRenderer
+
+from . import envvars
+from .book import MIN_TEXT_PX
+
+# Imports inside functions: sphinx, nbformat and jupyter_cache are imported by the build's hooks that use
+# them: the tests use this module's helpers (png_width, accessible_body, ...) without a Sphinx build.
 
 ENTRY = "tex-mml-chtml.js"  # the combined component Sphinx loads by default (TeX and MathML in, HTML out)
 CDN = f"https://cdn.jsdelivr.net/npm/mathjax@3/es5/{ENTRY}"
@@ -155,8 +159,6 @@ def png_width(content: str | bytes) -> int | None:
 def legible_width(natural: int, text_px: float) -> int:
     """The narrowest width, in CSS pixels, at which an image ``natural`` pixels wide whose
     smallest text is ``text_px`` pixels high shows that text at MIN_TEXT_PX or more."""
-    from coursekit.book import MIN_TEXT_PX
-
     return math.ceil(natural * MIN_TEXT_PX / text_px)
 
 

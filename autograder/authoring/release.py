@@ -18,6 +18,8 @@ import nbformat
 from autograder import RELEASE_DIR, ROOT, assignments
 from autograder.course.paths import GradingPaths, nbgrader_env
 
+from .stamp import stamp
+
 CHECKS_DIR = ROOT / "coursekit" / "checks"
 _DOC_RE = re.compile(r'^\s*"""(.*?)"""', re.S)
 _Q_RE = re.compile(r"^\s*(Q\d+)\b")
@@ -265,8 +267,6 @@ def release(names: list[str] | None = None, out_dir: Path | None = None,
     Returns the files written."""
     names = names or assignments(root)
     if out_dir is None:  # the real release: first every setup cell, link and table from course.yml
-        from .stamp import stamp
-
         stamp(root)
     if checks_dir is None:
         checks_dir = Path(out_dir) / ".checks" if out_dir else root / "coursekit" / "checks"

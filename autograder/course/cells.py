@@ -7,6 +7,10 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+# Imports inside functions: nbformat (with the jsonschema it loads) is imported by the functions that read a
+# notebook: the course settings, the kernel's launcher and the command line import this module without
+# reading one.
+
 _Q_HEADING = re.compile(r"^\s*#{1,6}\s*(Q\d+[a-z]?)\b", re.M)
 _DOC = re.compile(r'^\s*"""(.*?)"""', re.S)
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coursekit import envvars
+from coursekit.models import course_cache_dir
 
 CONN_INSIDE = "/.course-conn"   # where a kernel sees its connection folder (outside every tmpfs)
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # bound, or linked as on the host
@@ -85,8 +86,6 @@ def readable_paths() -> list[Path]:
     """Host folders a kernel needs, read-only: Python, the venv, the course package and
     data, the model cache (on top of the system's), and any folder listed in
     ``COURSE_SANDBOX_READONLY`` (for packages installed elsewhere)."""
-    from coursekit.models import course_cache_dir
-
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
              COURSE_ROOT / "coursekit", COURSE_ROOT / "data", course_cache_dir()}
     paths |= {Path(p) for p in envvars.get("COURSE_SANDBOX_READONLY", "").split(os.pathsep) if p.strip()}

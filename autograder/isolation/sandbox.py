@@ -43,10 +43,15 @@ from pathlib import Path
 from coursekit import envvars
 
 from autograder.course import schema
+from autograder.course.errors import GradingError
 from autograder.course.settings import GradingSettings
 
 from .confine import limit_resources
 from .policy import CONN_INSIDE, ETC_FILES, SYSTEM_DIRS, Policy, kernel_policy
+from .zygote import launch_through
+
+# Imports inside functions: the `import` lines inside PROBE are the probe's own code (it runs in the
+# sandbox), not imports of this module.
 
 KERNEL_NAME = "course-sandbox"
 DEV = Path("/dev")
@@ -194,8 +199,6 @@ UNSANDBOXED = "it can read files and reach the network; only the resource limits
 def check(mode: str, memory_mb: int) -> tuple[SandboxInfo, list[str]]:
     """Decide how kernels run on this machine (``mode``: auto, on, off) and prove Python and
     torch run that way, before any student code.  Raises GradingError with one line."""
-    from autograder.course.errors import GradingError
-
     warnings = []
     use_bwrap = mode != "off" and bwrap_works()
     if mode == "on" and not use_bwrap:
@@ -342,8 +345,6 @@ def main(argv: list[str] | None = None) -> None:
     copy = envvars.get("COURSE_SANDBOX_COPY")
     zygote = envvars.get("COURSE_SANDBOX_ZYGOTE")
     if zygote and not (args.no_bwrap or args.probe or args.gpu):
-        from .zygote import launch_through
-
         request = {"connection_file": str(args.connection_file.resolve()), "policy": policy.to_json(),
                    "kernel_args": kernel_args, "copy_name": Path(copy).name if copy else None}
         data = Path(copy).read_bytes() if copy and Path(copy).is_file() else b""

@@ -41,6 +41,10 @@ import socket
 import struct
 import sys
 
+# Imports inside functions: ipykernel is imported by the forked kernel once its sandbox stands (main()
+# preloads it, with KERNEL_MODULES): importing this module, as the tests and the launcher do, starts no
+# kernel.
+
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32

@@ -11,6 +11,13 @@ from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool, Unicode
+from traitlets.config import Config
+
+from autograder.course.cells import graded_cells
+from autograder.text import htmlsafe
+
+# Imports inside functions: nbgrader.api (with SQLAlchemy) is imported when a page needs the gradebook:
+# rendering a page without one does not load the database layer.
 
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
 END_HIDDEN = "### END HIDDEN TESTS"
@@ -54,8 +61,6 @@ class FeedbackLabels(Preprocessor):
     enabled = Bool(True)
 
     def preprocess(self, nb, resources):
-        from autograder.course.cells import graded_cells
-
         labels = {c.grade_id: c for c in graded_cells(nb)}
         waiting = self._waiting(resources, [g for g, c in labels.items() if c.kind == "manual"])
         totals = {"auto": 0.0, "auto_max": 0.0, "manual": 0.0, "manual_max": 0.0, "pending": 0.0}
@@ -168,16 +173,12 @@ class FeedbackExporter(HTMLExporter):
 
     @property
     def default_config(self):
-        from traitlets.config import Config
-
         c = super().default_config
         c.merge(Config({"NbConvertBase": {"display_data_priority": [
             "text/html", "text/markdown", "image/svg+xml", "text/latex", "image/png", "image/jpeg", "text/plain"]}}))
         return c
 
     def default_filters(self):
-        from autograder.text import htmlsafe
-
         yield from super().default_filters()
         yield ("markdown2html", memoised("markdown", lambda source, *a, **k: htmlsafe.markdown_to_html(source)))
         yield ("clean_html", htmlsafe.sanitize)

@@ -24,9 +24,13 @@ import nbformat
 from coursekit.failures import explain_failure
 from coursekit.remote.client import RemoteStudent
 from coursekit.remote.codec import ProtocolError, RemoteTimeout
+from coursekit.selfcheck import warn_only
 
 from .budget import ENAME, MEMORY_ENAME, Limits, TestBudget, TestLimitExceeded, is_memory_error
 from .kernel import MAX_NOTEBOOK_OUTPUT, MAX_TEXT_OUTPUT, CellRun, KernelDied, KernelSession, stored_size
+
+# Imports inside functions: torch is imported when the judge's namespace is built: importing the runner (for
+# its verdicts) does not load it.
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,8 +134,6 @@ def judge_namespace(context_sources: list[str], device: str) -> dict:
     exec("import importlib, importlib.util, math, os, subprocess, sys\nimport torch", ns)
     ns["DEVICE"] = torch.device(device)
     ns["check"] = ns["handin_report"] = lambda *a, **k: None
-    from coursekit.selfcheck import warn_only
-
     ns["warn_only"] = warn_only  # checks in visible tests that warn (printed into the test's output)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -22,6 +22,7 @@ from pathlib import Path
 from autograder.course.paths import GradingPaths
 from autograder.isolation.scratch import remove_tree
 
+from .classrecord import history
 from .faults import fault
 
 STEPS = ("autograded", "feedback")
@@ -337,8 +338,6 @@ def recover(grading: Path, url: str, assignment: str) -> list[str]:
     """Changes of ``assignment`` a killed command left half done (their journal is still there):
     completed when their run is in the record, removed when it is not; one line for each.  Only
     under the assignment's writer lock (``autograder.records.writer``)."""
-    from .classrecord import history
-
     paths = GradingPaths(Path(grading))
     remove_leftovers(paths.reports(assignment))
     for folder in paths.step("feedback").glob(f"*/{assignment}"):  # an export's pages, half written

@@ -12,7 +12,11 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from autograder.course.paths import GradingPaths, sqlite_path
+from autograder.course.paths import GradingPaths, nbgrader_env, sqlite_path
+from autograder.course.settings import environ
+
+# Imports inside functions: nbgrader.api and SQLAlchemy are imported where a database is opened: the command
+# line imports this module for its URL helpers without them.
 
 
 def db_url(grading: Path) -> str:
@@ -90,9 +94,6 @@ def staging_copy(url: str, path: Path, assignment: str) -> Path:
     if source is not None:
         shutil.copy(source, path)
         return path
-    from autograder.course.paths import nbgrader_env
-    from autograder.course.settings import environ
-
     with environ({"PATH": nbgrader_env()["PATH"]}), Gradebook(f"sqlite:///{path}"):  # nbgrader's schema (alembic)
         pass
     tables = Base.metadata.tables

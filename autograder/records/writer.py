@@ -38,6 +38,9 @@ from pathlib import Path
 
 from autograder.course.paths import sqlite_path
 
+# Imports inside functions: SQLAlchemy is imported where a PostgreSQL lock is taken: a SQLite record (a lock
+# file) never loads it.
+
 POLL_S = 0.5
 _PG_CLASS = 0x436F7572  # "Cour": the first key of every advisory lock of the course
 _held = threading.local()

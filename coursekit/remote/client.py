@@ -10,9 +10,13 @@ import pickle
 import sys
 import types
 
+from ..sourcecheck import SourceView
 from .codec import CALLBACK_PREFIX, ProtocolError, RemoteTimeout, decode, student_exception
 from .core import find_instances
 from .refs import Ref, StudentBase, ref_path
+
+# Imports inside functions: torch is imported where a tensor is handled: assignments without torch import
+# the client without it.
 
 
 # ---------------------------------------------------------------------------------------
@@ -99,8 +103,6 @@ class RemoteStudent(StudentBase):
 
     @property
     def source(self):
-        from coursekit.sourcecheck import SourceView
-
         return SourceView(self._cells)
 
     def _check_args(self, value, depth=0) -> None:

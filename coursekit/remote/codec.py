@@ -11,6 +11,9 @@ import struct
 import warnings
 from typing import Any, Callable
 
+# Imports inside functions: torch, numpy and safetensors are imported where a tensor is encoded or decoded:
+# assignments without torch import the codec without them.
+
 # What one reply may hold.  The largest the assignments need is a fine-tuned model's weights
 # (finetune's state_dict: 86.6 MiB of tensors, a few kB of structure).  The grader checks
 # each limit before it parses anything: the tensors are read in place from the received
