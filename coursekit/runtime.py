@@ -30,9 +30,14 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import site
 import sys
 import sysconfig
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
+
+# Imports inside functions: torchvision is imported by the check it serves (the clash it neutralises);
+# on_colab comes from the package, which imports this module (an import cycle).
 
 __all__ = ["install", "applied", "environment_problem"]
 
@@ -51,8 +56,6 @@ def _note(line: str) -> None:
 
 
 def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(dist)
     except PackageNotFoundError:
@@ -164,8 +167,6 @@ _VERSION_REFUSAL = re.compile(r"\bversions?\b|requires? \S+ ?[<>=]=?|incompatibl
 def _library_dirs() -> list[str]:
     dirs = {sysconfig.get_paths().get(k) for k in ("purelib", "platlib")}
     try:
-        import site
-
         dirs.update(site.getsitepackages())
         dirs.add(site.getusersitepackages())
     except Exception:  # noqa: BLE001 - a stripped-down site module
@@ -192,8 +193,6 @@ def _installed_library(filename: str) -> str | None:
 
 
 def _distribution(module: str) -> str:
-    from importlib.metadata import packages_distributions
-
     try:
         return (packages_distributions().get(module) or [module])[0]
     except Exception:  # noqa: BLE001 - broken metadata of some other package

@@ -25,12 +25,19 @@ import os
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# Imports inside functions: IPython and google.colab are imported where the notebook is asked for its cells
+# or history: the self-check also runs outside IPython (tests, the grader), and google.colab exists only on
+# Colab.
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 _current: dict[str, str] = {}
 
+from . import REPO_URL
+from .failures import MAX_TEXT, explain_failure
 from .remote import LocalStudent
 from .runtime import environment_problem
 
@@ -80,8 +87,6 @@ def load_spec(name: str) -> dict:
     path = CHECKS_DIR / f"{name}.json"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in CHECKS_DIR.glob("*.json"))) or "none"
-        from . import REPO_URL
-
         raise ValueError(f"no self-checks for assignment {name!r} (known: {known}); "
                          f"update coursekit: pip install -U git+{REPO_URL}")
     return json.loads(path.read_text())
@@ -166,18 +171,12 @@ class warn_only:
         if runtime:  # the runtime's packages, not the student's code nor the test
             _warn(Unchecked(f"could not be checked: {runtime}"))
             return True
-        if isinstance(exc, AssertionError):
-            _warn(str(exc) or "a check failed")
-            return True
         if getattr(exc, "from_student", False):
             undefined = _NAME_RE.search(str(exc)) if isinstance(exc, NameError) else None
-            if undefined:
-                _warn(_not_defined(undefined.group(1)))
-            elif isinstance(exc, NotImplementedError):
-                _warn("not answered yet")
-            else:
-                name = getattr(exc, "student_type", None) or type(exc).__name__
-                _warn(f"your code raised {name}" + (f": {exc}" if str(exc) else ""))
+            _warn(_not_defined(undefined.group(1)) if undefined else explain_failure(exc, "", "").message)
+            return True
+        if isinstance(exc, AssertionError):
+            _warn(str(exc) or "a check failed")
             return True
         if getattr(exc, "student_caused", False):  # autograder.judge: KernelDied, RemoteTimeout
             _warn(f"could not be checked: {exc}")
@@ -258,7 +257,6 @@ class _Context:
         runtime = environment_problem(exc)
         if runtime:  # an installed library failed to import or refused a version: not the student's mistake
             return "runtime", f"could not be checked: {runtime}"
-        name_type = getattr(exc, "student_type", None) or type(exc).__name__
         if isinstance(exc, NameError) and _NAME_RE.search(str(exc)):
             name = _NAME_RE.search(str(exc)).group(1)
             # "... in the notebook": the test asked for a global the notebook does not have;
@@ -267,24 +265,15 @@ class _Context:
             if not inside_code or name in self.answers or name in self.origins:
                 return self._undefined(name, own)
         frames = _answer_frames(exc, self.answers)
-        if isinstance(exc, NotImplementedError):
-            fn, q = frames[-1] if frames else (None, own)
-            if q != own:
-                return "fail", f"{q} is not answered yet ({fn} raises NotImplementedError), so {own} cannot be checked"
-            return "unanswered", "not answered yet" + (f" ({fn} still raises NotImplementedError)" if fn else "")
-        if isinstance(exc, AssertionError):
-            text = str(exc)
-            if not text:
-                line = _failing_line(exc, source)
-                text = f"failed: {line}" if line else "an assertion failed"
-            return "fail", text
-        detail = f"{name_type}: {exc}" if str(exc) else name_type
         if frames and frames[-1][1] != own:
-            fn, q = frames[-1]
+            fn, q = frames[-1]  # an answer to another question broke: that question is the one to fix
+            if isinstance(exc, NotImplementedError):
+                return "fail", f"{q} is not answered yet ({fn} raises NotImplementedError), so {own} cannot be checked"
+            name = getattr(exc, "student_type", None) or type(exc).__name__
+            detail = f"{name}: {str(exc)[:MAX_TEXT]}" if str(exc) else name
             return "fail", f"{q} does not work yet ({fn} raised {detail}), so {own} cannot be checked"
-        if getattr(exc, "from_student", False):
-            return "fail", f"{frames[-1][0] if frames else 'your code'} raised {detail}"
-        return "fail", detail
+        failure = explain_failure(exc, source, f"<check {test['grade_id']}>", culprit=frames[-1][0] if frames else None)
+        return ("unanswered" if failure.unanswered else "fail"), failure.reason
 
     def _undefined(self, name: str, own: str) -> tuple[str, str]:
         if name in self.answers:
@@ -310,17 +299,6 @@ class _Context:
         return "fail", f"{name} is not defined: run the cells above this one (or Restart and run all)"
 
 
-def _failing_line(exc: BaseException, source: str) -> str:
-    tb, line = exc.__traceback__, None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith("<check"):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    if line is None:
-        return ""
-    return source.splitlines()[line - 1].strip()
-
-
 @contextlib.contextmanager
 def _quiet():
     """Nothing the tests print or show reaches the notebook: no text, no warnings, and no
@@ -337,8 +315,6 @@ def _quiet():
 
         cls.__init__ = quiet_init
         restore.append(lambda: setattr(cls, "__init__", original))
-    import warnings
-
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -42,15 +42,20 @@ import base64
 import math
 import os
 import re
-import struct
 import shutil
+import struct
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
-
-from . import envvars
 
 from docutils import nodes
 from myst_nb.core.render import MimeData, NbElementRenderer
+
+from . import envvars
+from .book import MIN_TEXT_PX
+
+# Imports inside functions: sphinx, nbformat and jupyter_cache are imported by the build's hooks that use
+# them: the tests use this module's helpers (png_width, accessible_body, ...) without a Sphinx build.
 
 ENTRY = "tex-mml-chtml.js"  # the combined component Sphinx loads by default (TeX and MathML in, HTML out)
 CDN = f"https://cdn.jsdelivr.net/npm/mathjax@3/es5/{ENTRY}"
@@ -83,8 +88,6 @@ def _choose_source(app, config) -> None:
 def _check_figure_renderer(app, config) -> None:
     """The renderer ``course`` is an entry point of this package: an environment that installed
     an older version of it has none, and myst-nb would stop with "No Entry Point found"."""
-    from importlib.metadata import entry_points
-
     from sphinx.util import logging
 
     if config.nb_render_plugin == "course" and not entry_points(group="myst_nb.renderers", name="course"):
@@ -156,8 +159,6 @@ def png_width(content: str | bytes) -> int | None:
 def legible_width(natural: int, text_px: float) -> int:
     """The narrowest width, in CSS pixels, at which an image ``natural`` pixels wide whose
     smallest text is ``text_px`` pixels high shows that text at MIN_TEXT_PX or more."""
-    from coursekit.book import MIN_TEXT_PX
-
     return math.ceil(natural * MIN_TEXT_PX / text_px)
 
 

@@ -276,7 +276,7 @@ TIERS = {
              "test_publish_proof.py", "test_worked_examples.py", "test_suite_workers.py", "test_runtime_clashes.py",
              "test_data.py", "test_lms_roster.py", "test_feedback_page.py", "test_book_figures.py",
              "test_exercises.py", "test_budget.py", "test_settings.py", "test_llm_scoring.py", "test_handed_in.py", "test_class_record.py",
-             "test_record_crash.py", "test_worker_gradebook.py"},
+             "test_record_crash.py", "test_worker_gradebook.py", "test_failures.py", "test_policy.py"},
     "sandbox": {"test_sandbox.py", "test_isolation.py", "test_zygote.py", "test_judge.py", "test_fair_time.py",
                 "test_tamper.py", "test_selfcheck.py", "test_handgrade.py", "test_local_backend.py",
                 "test_lms.py", "test_toy_pipeline.py"},

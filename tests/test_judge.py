@@ -17,7 +17,8 @@ import torch
 from autograder.pipeline.intake import IntakeError, read_submission
 from conftest import ROOT
 from autograder.judge.kernel import KernelSession
-from autograder.judge.runner import HIDDEN_FAILURE, judge_cell, judge_namespace
+from autograder.judge.runner import judge_cell, judge_namespace
+from coursekit.failures import HIDDEN_FAILURE
 from coursekit.remote.client import RemoteStudent
 from coursekit.remote import LocalStudent, ProtocolError, Ref, decode, encode
 from coursekit.sourcecheck import SourceView

@@ -54,6 +54,7 @@ print(json.dumps({
     "cap_eff": int(status["CapEff"].strip(), 16), "cap_bnd": int(status["CapBnd"].strip(), 16),
     "no_new_privs": status.get("NoNewPrivs", "").strip(),
     "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
+    "file": resource.getrlimit(resource.RLIMIT_FSIZE)[0], "core": resource.getrlimit(resource.RLIMIT_CORE)[0],
     "env": sorted(os.environ),
     "writable": {p: writable(p) for p in ("/", "/dev", "/dev/shm", "/tmp", ".", shared)},
     "proc_sys_ro": any(m.split()[4] == "/proc/sys" and "ro" in m.split()[5].split(",")
@@ -116,6 +117,7 @@ def test_a_forked_kernel_gets_a_sandbox_of_its_own(grader):
     # values: no capability now or after exec, the memory limit, the cleared environment
     assert first["cap_eff"] == 0 and first["cap_bnd"] == 0 and first["no_new_privs"] == "1", first
     assert first["memory"] == 4096 << 20
+    assert (first["file"], first["core"]) == (GradingSettings().file_mb << 20, 0), first  # as bubblewrap's kernels
     assert "GRADER_API_TOKEN" not in first["env"] and "COURSE_SANDBOX_ZYGOTE" not in first["env"]
     assert first["found"]["."] == ["submission.ipynb"] and "planted" not in first["found"]["/tmp"]
     assert first["writable"] == {"/": False, "/dev": False, "/dev/shm": True, "/tmp": True, ".": True,

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from autograder.course.exercises import chapters, exercises, solution_labels
 
 OUT = Path("_build") / "instructor"
@@ -42,8 +44,6 @@ def missing_solutions(root: Path) -> list[str]:
 
 def instructor_toc(root: Path) -> dict:
     """_toc.yml with the solution pages as a last part, in the order of their chapters."""
-    import yaml
-
     toc = yaml.safe_load((Path(root) / "_toc.yml").read_text(encoding="utf-8"))
     order = {page: n for page, n in chapters(root).items()}
     first: dict[str, int] = {}
@@ -61,8 +61,6 @@ def instructor_config(root: Path, execute: bool = True) -> dict:
     """_config.yml, with the execution cache of the student build (so nothing runs twice);
     ``execute=False`` builds the pages as they are, without running them (a quick check of the
     exercises and solutions, whose glued numbers are then missing)."""
-    import yaml
-
     config = yaml.safe_load((Path(root) / "_config.yml").read_text(encoding="utf-8"))
     config.setdefault("execute", {})["cache"] = str((Path(root) / "_build" / ".jupyter_cache").resolve())
     if not execute:
@@ -74,8 +72,6 @@ def instructor_config(root: Path, execute: bool = True) -> dict:
 def build(root: Path, extra: list[str] | None = None, out: Path | None = None, execute: bool = True) -> Path:
     """Write the instructor table of contents and configuration, then build into ``out`` (default
     ``_build/instructor``); returns the HTML folder."""
-    import yaml
-
     root = Path(root).resolve()
     problems = missing_solutions(root)
     if problems:

@@ -37,6 +37,7 @@ import json
 import keyword
 import re
 import shutil
+import tempfile
 import textwrap
 import tokenize
 from collections.abc import Iterator
@@ -44,10 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+import yaml
+from coursekit._course import REPO
+from coursekit.selfcheck import load_spec
 
 from autograder import ROOT, SOURCE_DIR
 from autograder.course.model import Course, load
-from .stamp import readme_table
+
+from .stamp import check, readme_table
 
 COPIED = ["book", "exercises", "coursekit", "data", "_config.yml", "_toc.yml", "scripts/env.sh", "scripts/build.sh",
           "tests/book_cache.py"]
@@ -393,8 +398,6 @@ def _ignored(rel: Path) -> bool:
 def publishable(root: Path, course: Course) -> set[str]:
     """The files of exercises/ and book/ publish may write: each assignment's released
     notebook, the pages of _toc.yml, the bibliography of _config.yml and the book's theme files."""
-    import yaml
-
     allowed = {f"exercises/{a.id}/{a.notebook}" for a in course.assignments}
 
     def pages(node):
@@ -676,8 +679,6 @@ ROOT = Path(__file__).resolve().parents[1]  # tests/ -> the course
 
 
 def test_every_notebook_installs_coursekit_from_this_repository():
-    from coursekit._course import REPO
-
     paths = sorted(ROOT.glob("book/*.ipynb")) + sorted(ROOT.glob("exercises/*/*.ipynb"))
     assert paths, ROOT
     for path in paths:
@@ -697,8 +698,6 @@ def test_exercises_are_released_and_clean():
 
 
 def test_self_checks_cover_every_exercise():
-    from coursekit.selfcheck import load_spec
-
     for folder in sorted(p for p in (ROOT / "exercises").iterdir() if p.is_dir()):
         spec = load_spec(folder.name)
         assert spec["tests"] and all(t["hidden"] or t["source"] for t in spec["tests"])
@@ -732,10 +731,6 @@ def publish(dest: Path, root: Path = ROOT, course: Course | None = None) -> list
     brought up to date (files no longer published are removed; files publish never wrote are
     left alone).  Everything is written and checked for leaks in a folder of its own first.
     Returns the files of the course."""
-    import tempfile
-
-    from .stamp import check
-
     course = course or load(root)
     dest = Path(dest)
     present = sorted(p.name for p in dest.iterdir() if p.name != ".git") if dest.is_dir() else []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import ctypes
 import json
 import os
 import re
@@ -16,6 +17,8 @@ import nbformat
 
 from autograder import RELEASE_DIR, ROOT, assignments
 from autograder.course.paths import GradingPaths, nbgrader_env
+
+from .stamp import stamp
 
 CHECKS_DIR = ROOT / "coursekit" / "checks"
 _DOC_RE = re.compile(r'^\s*"""(.*?)"""', re.S)
@@ -245,8 +248,6 @@ def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux renameat2 with RENAME_EXCHANGE); False where unsupported."""
     if not sys.platform.startswith("linux"):
         return False
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
@@ -266,8 +267,6 @@ def release(names: list[str] | None = None, out_dir: Path | None = None,
     Returns the files written."""
     names = names or assignments(root)
     if out_dir is None:  # the real release: first every setup cell, link and table from course.yml
-        from .stamp import stamp
-
         stamp(root)
     if checks_dir is None:
         checks_dir = Path(out_dir) / ".checks" if out_dir else root / "coursekit" / "checks"

@@ -20,6 +20,9 @@ from autograder.course.settings import GradingSettings
 from autograder.isolation.sandbox import SandboxInfo
 from autograder.judge.worker import Outcome
 
+# Imports inside functions: a backend's module is imported when a run picks it (backend_for): the Dask one
+# would load dask and distributed, which a local run never needs.
+
 __all__ = ["Backend", "Batch", "Outcome", "backend_for"]
 
 

@@ -41,8 +41,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
+import yaml
+from coursekit.models import course_cache_dir
 
+from autograder.course.errors import GradingError
+from autograder.course.offline_models import warm_models
 from autograder.course.settings import GradingSettings, environ as _environ
+from autograder.isolation import sandbox
+from autograder.isolation.sandbox import SandboxInfo, UNSANDBOXED
+from autograder.isolation.scratch import process_folder
+from autograder.judge.worker import Job, Outcome
+
+# Imports inside functions: dask and distributed are imported inside the functions that talk to a cluster:
+# the module (whose task functions a Dask worker unpickles) loads without them.
 
 _LOCK = threading.Lock()  # one task at a time changes this process's environment
 _PREPARED: set[tuple] = set()  # the model lists this worker process has built or found
@@ -82,8 +93,6 @@ class BatchResult:
 def grading_dask_config() -> dict:
     """The course's Dask settings for grading (``dask-grading.yaml``) as dotted keys, the form
     ``dask.config.set`` takes (a nested dict there would replace all of ``distributed``)."""
-    import yaml
-
     def flat(tree: dict, prefix: str = "") -> dict:
         out = {}
         for key, value in tree.items():
@@ -103,8 +112,6 @@ def worker_sandbox(memory_mb: int, mode: str) -> tuple[bool, bool]:
     """(bubblewrap, GPU inside it) on this worker, probed once per process."""
     key = (memory_mb, mode)
     if key not in _SANDBOX:
-        from autograder.isolation import sandbox
-
         bwrap = mode != "off" and sandbox.bwrap_works()
         if mode == "on" and not bwrap:
             raise RuntimeError(f"the sandbox is required but bubblewrap does not work on {socket.gethostname()}")
@@ -118,8 +125,6 @@ def _scratch_base() -> Path:
     """This worker process's folder for kernel scratch, kept across tasks: the kernel launched
     ahead for the next submission (``JudgedExecute.prestart``) lives there.  It is removed when
     the process exits, and by a later run when the process was killed (``autograder.isolation.scratch``)."""
-    from autograder.isolation.scratch import process_folder
-
     base = process_folder() / "kernels"
     base.mkdir(exist_ok=True)
     return base
@@ -128,9 +133,6 @@ def _scratch_base() -> Path:
 def prepare_models(models: list, env: dict) -> str:
     """Build the assignment's offline models into this worker's cache (a no-op when they are
     there).  Returns the cache folder."""
-    from autograder.course.offline_models import warm_models
-    from coursekit.models import course_cache_dir
-
     with _LOCK:
         warning = warm_models(models, env)
     if warning:
@@ -156,9 +158,6 @@ def check_workers(settings: GradingSettings, models: list):
     prepares the models and probes its own sandbox (the instructor's machine, a login node
     maybe, needs neither bubblewrap nor the models).  Returns (SandboxInfo, warnings); a
     worker that cannot get ready stops the run with one line naming it, before any grading."""
-    from autograder.course.errors import GradingError
-    from autograder.isolation.sandbox import UNSANDBOXED, SandboxInfo
-
     client = connect(settings.cluster, wait=True)
     try:
         try:
@@ -187,8 +186,6 @@ def check_workers(settings: GradingSettings, models: list):
 def grade_batch(spec: TaskSpec) -> BatchResult:
     """Grade a batch of submissions on this worker (see the module docstring): a ``Job``, run in
     this process, whose records and files travel back as data."""
-    from autograder.judge.worker import Job
-
     settings = GradingSettings.from_json(spec.settings)
     if tuple(settings.models) not in _PREPARED:  # a worker that joined (or restarted) after the run began
         prepare_models(list(settings.models), dict(settings.env))
@@ -222,8 +219,6 @@ def connect(address: str, wait: bool = False):
     """A Dask client for a scheduler address or a scheduler file; a one-line GradingError
     when Dask is not installed, the scheduler cannot be reached or (``wait``) it has had no
     worker for 120 s."""
-    from autograder.course.errors import GradingError
-
     try:
         from distributed import Client
     except ImportError:
@@ -257,8 +252,6 @@ class DaskBackend:
         """One task per small batch of submissions; a batch that fails for good is graded again
         one submission per task.  What each task sends back is written into the run's folder."""
         from distributed import as_completed
-
-        from autograder.judge.worker import Outcome
 
         client = connect(batch.settings.cluster, wait=True)
         try:
@@ -303,8 +296,6 @@ class DaskBackend:
 
 def _store(result: BatchResult, batch, name: str) -> dict:
     """One task's records, with its gradebook and files written into the run's folder."""
-    from autograder.judge.worker import Outcome
-
     folder = Path(batch.folder) / "tasks" / name
     folder.mkdir(parents=True, exist_ok=True)
     gradebook = None

@@ -31,6 +31,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import nbformat
+from coursekit.models import course_cache_dir
 
 from autograder.course.paths import nbgrader_env
 from autograder.course.settings import GradingSettings, environ, usable_cpus
@@ -159,8 +160,6 @@ class Worker:
 
 def worker_env(settings: GradingSettings, threads: int) -> dict:
     """What a grading process starts with (a job brings the rest: ``Job.env``)."""
-    from coursekit.models import course_cache_dir
-
     env = nbgrader_env()
     env.pop("JPY_PARENT_PID", None)
     env.update(settings.env)

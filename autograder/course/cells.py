@@ -1,9 +1,15 @@
 """The graded cells of a released notebook: what each is worth and what it is called."""
 from __future__ import annotations
 
+import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+
+# Imports inside functions: nbformat (with the jsonschema it loads) is imported by the functions that read a
+# notebook: the course settings, the kernel's launcher and the command line import this module without
+# reading one.
 
 _Q_HEADING = re.compile(r"^\s*#{1,6}\s*(Q\d+[a-z]?)\b", re.M)
 _DOC = re.compile(r'^\s*"""(.*?)"""', re.S)
@@ -69,16 +75,12 @@ class Release:
 def normalised_answer(text: str) -> str:
     """A student's answer as compared between submissions: NFC, Unix line ends, no trailing
     spaces on a line, no blank lines around it (what a person grading it would not see)."""
-    import unicodedata
-
     lines = unicodedata.normalize("NFC", text or "").replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "\n".join(line.rstrip() for line in lines).strip("\n")
 
 
 def answer_version(text: str) -> str:
     """The version of an answer: a checksum of its normalised text (12 hex digits)."""
-    import hashlib
-
     return hashlib.sha256(normalised_answer(text).encode("utf-8")).hexdigest()[:12]
 
 

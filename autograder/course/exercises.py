@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import yaml
 
 KINDS = {"derive": "derive", "compute": "compute", "change the code": "change the code"}
 _DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{exercise\}[ \t]*(?P<title>[^\n]*)\n(?P<options>(?::[^\n]*\n)*)", re.M)
@@ -44,8 +45,6 @@ class Exercise:
 
 def chapters(root: Path) -> dict[str, int]:
     """Each numbered page of _toc.yml and its chapter number (pages of unnumbered parts: none)."""
-    import yaml
-
     toc = yaml.safe_load((Path(root) / "_toc.yml").read_text(encoding="utf-8"))
     out: dict[str, int] = {}
     for part in toc.get("parts", []):

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import yaml
+
 from autograder import ROOT, SOURCE_DIR
 
 from . import schema
@@ -172,8 +174,6 @@ def parse(data, root: Path = ROOT) -> Course:
 
 @lru_cache(maxsize=8)
 def _load(path: str, mtime: float) -> Course:
-    import yaml
-
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -2,7 +2,12 @@
 code runs: inside the sandbox the model cache is read-only and the hub out of reach."""
 from __future__ import annotations
 
+from coursekit.models import offline_distilbert_dir
+
 from .settings import environ
+
+# Imports inside functions: coursekit.gpt is imported when a model is built: it loads torch, which the
+# course settings that import this module never need.
 
 
 def warm_models(models, env: dict) -> str | None:
@@ -10,8 +15,6 @@ def warm_models(models, env: dict) -> str | None:
     try:
         with environ(env):
             if "distilbert" in models:
-                from coursekit.models import offline_distilbert_dir
-
                 offline_distilbert_dir()
             if "small_gpt" in models:
                 from coursekit.gpt import load_or_train_small_gpt

@@ -24,6 +24,9 @@ from pathlib import Path
 
 from autograder import GRADING_DIR, ROOT
 
+# Imports inside functions: nbgrader is imported only where a gradebook is made (the command line
+# imports this module for its paths without it).
+
 URL_FILE = "gradebook.url"
 STEPS = ("submitted", "autograded", "feedback")
 

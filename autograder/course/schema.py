@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 
 COURSE = "course.yml"            # the setting may be written in course.yml's grading section
 RUN = "run"                      # the setting is given for one run only (a flag), never in course.yml
@@ -165,8 +165,6 @@ def check_value(s: Setting, value, where: str):
 def read_grading(data, where: str, base):
     """``base`` (a ``Grading``) with what a ``grading`` section of course.yml sets; every key checked
     against the schema.  ``env`` is merged over the base's; every other key replaces its value."""
-    from dataclasses import replace
-
     if data is None:
         return base
     if not isinstance(data, dict):

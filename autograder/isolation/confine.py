@@ -41,14 +41,14 @@ REFER, TRUNCATE = 1 << 13, 1 << 14      # Landlock ABI 2 and 3
 MAKE_ANY = MAKE_CHAR | MAKE_DIR | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_BLOCK | MAKE_SYM
 
 
-def limit_resources(memory_mb: int, file_mb: int, data_segment: bool = False) -> None:
-    """The kernel's resource limits, for this process and all it starts (inherited across exec):
-    ``memory_mb`` of address space (with ``data_segment``, of data segment instead: with a GPU,
-    because CUDA reserves far more address space than it uses), files of at most ``file_mb``,
-    no core dumps."""
-    memory = memory_mb << 20
-    resource.setrlimit(resource.RLIMIT_DATA if data_segment else resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
+def limit_resources(policy: dict) -> None:
+    """The kernel's resource limits, read from its policy (``autograder.isolation.policy.Policy``
+    as data), for this process and all it starts (inherited across exec): ``memory_mb`` of address
+    space (with ``gpu``, of data segment instead: CUDA reserves far more address space than it
+    uses), files of at most ``file_mb``, no core dumps.  Both kinds of sandbox set them here."""
+    memory, largest_file = policy["memory_mb"] << 20, policy["file_mb"] << 20
+    resource.setrlimit(resource.RLIMIT_DATA if policy.get("gpu") else resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (largest_file, largest_file))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 

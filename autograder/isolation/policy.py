@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coursekit import envvars
+from coursekit.models import course_cache_dir
 
 CONN_INSIDE = "/.course-conn"   # where a kernel sees its connection folder (outside every tmpfs)
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # bound, or linked as on the host
@@ -55,10 +56,10 @@ class Policy:
 
     workdir: str                     # its working folder (a tmpfs, the submission's copy in it)
     connection: str                  # its connection folder on the host
+    memory_mb: int                   # its limits (``confine.limit_resources``), from the run's settings:
+    file_mb: int                     # no value of their own here (the defaults are course.yml's schema)
     readonly: tuple = ()             # host folders it sees, read-only, at their own path
     tmpfs: tuple = ()                # (path, MiB) pairs: where it may write
-    memory_mb: int = 8192
-    file_mb: int = 512
     gpu: bool = False
     env: dict = field(default_factory=dict)
     namespaces: tuple = NAMESPACES
@@ -85,8 +86,6 @@ def readable_paths() -> list[Path]:
     """Host folders a kernel needs, read-only: Python, the venv, the course package and
     data, the model cache (on top of the system's), and any folder listed in
     ``COURSE_SANDBOX_READONLY`` (for packages installed elsewhere)."""
-    from coursekit.models import course_cache_dir
-
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
              COURSE_ROOT / "coursekit", COURSE_ROOT / "data", course_cache_dir()}
     paths |= {Path(p) for p in envvars.get("COURSE_SANDBOX_READONLY", "").split(os.pathsep) if p.strip()}

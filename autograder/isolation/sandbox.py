@@ -29,22 +29,29 @@ Without bubblewrap only the resource limits apply, and ``grade`` prints a warnin
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coursekit import envvars
 
 from autograder.course import schema
+from autograder.course.errors import GradingError
 from autograder.course.settings import GradingSettings
 
 from .confine import limit_resources
 from .policy import CONN_INSIDE, ETC_FILES, SYSTEM_DIRS, Policy, kernel_policy
+from .zygote import launch_through
+
+# Imports inside functions: the `import` lines inside PROBE are the probe's own code (it runs in the
+# sandbox), not imports of this module.
 
 KERNEL_NAME = "course-sandbox"
 DEV = Path("/dev")
@@ -168,9 +175,9 @@ def confined(command: list[str], policy: Policy) -> list[str]:
 
 
 def set_limits(policy: Policy) -> None:
-    """The policy's resource limits, for this process and all it starts (``confine.limit_resources``;
-    with the GPU the data segment is limited, not the address space)."""
-    limit_resources(policy.memory_mb, policy.file_mb, data_segment=policy.gpu)
+    """The policy's resource limits, for this process and all it starts (``confine.limit_resources``,
+    which the zygote's kernels get theirs from too)."""
+    limit_resources(asdict(policy))
 
 
 @dataclass
@@ -192,8 +199,6 @@ UNSANDBOXED = "it can read files and reach the network; only the resource limits
 def check(mode: str, memory_mb: int) -> tuple[SandboxInfo, list[str]]:
     """Decide how kernels run on this machine (``mode``: auto, on, off) and prove Python and
     torch run that way, before any student code.  Raises GradingError with one line."""
-    from autograder.course.errors import GradingError
-
     warnings = []
     use_bwrap = mode != "off" and bwrap_works()
     if mode == "on" and not use_bwrap:
@@ -291,9 +296,6 @@ def die_with_parent(parent_env: str = "JPY_PARENT_PID") -> None:
     already gone (its pid is in ``parent_env``): a grading worker killed at its time limit leaves
     no kernel behind, and a killed ``grade`` no worker.  (bubblewrap's own ``--die-with-parent``
     would tie the sandbox to this process only.)"""
-    import ctypes
-    import signal
-
     parent = os.environ.get(parent_env) if parent_env else None  # JPY_PARENT_PID: jupyter_client's
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
@@ -343,8 +345,6 @@ def main(argv: list[str] | None = None) -> None:
     copy = envvars.get("COURSE_SANDBOX_COPY")
     zygote = envvars.get("COURSE_SANDBOX_ZYGOTE")
     if zygote and not (args.no_bwrap or args.probe or args.gpu):
-        from .zygote import launch_through
-
         request = {"connection_file": str(args.connection_file.resolve()), "policy": policy.to_json(),
                    "kernel_args": kernel_args, "copy_name": Path(copy).name if copy else None}
         data = Path(copy).read_bytes() if copy and Path(copy).is_file() else b""

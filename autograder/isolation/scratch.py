@@ -10,6 +10,7 @@ kernel or a killed worker made outlives the run that made it.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -96,8 +97,6 @@ def process_folder() -> Path:
     if given and os.path.isdir(given):
         return Path(given)
     if "folder" not in _MINE or not _MINE["folder"].is_dir():
-        import atexit
-
         _MINE["folder"] = new_folder()
         atexit.register(remove_tree, _MINE["folder"])
     return _MINE["folder"]

@@ -29,7 +29,9 @@ the kernel with bubblewrap as before; no student code has run at that point.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
+import importlib
 import json
 import os
 import random
@@ -38,6 +40,10 @@ import signal
 import socket
 import struct
 import sys
+
+# Imports inside functions: ipykernel is imported by the forked kernel once its sandbox stands (main()
+# preloads it, with KERNEL_MODULES): importing this module, as the tests and the launcher do, starts no
+# kernel.
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -62,8 +68,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _confine_module():
     """autograder/confine.py: bound as /course_confine.py in the zygote's sandbox."""
     if "course_confine" not in sys.modules:
-        import importlib
-
         try:
             importlib.import_module("course_confine")
         except ImportError:  # pragma: no cover - run outside its sandbox (tests)
@@ -200,7 +204,7 @@ def become_kernel(setup: dict, policy: dict, request: dict, ready_fd: int) -> No
                 _mount(path, path, None, MS_BIND | MS_REC)
                 _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | proc_flags)
         os.setsid()
-        _confine_module().limit_resources(policy["memory_mb"], policy["file_mb"])  # no GPU in a zygote
+        _confine_module().limit_resources(policy)  # as a bubblewrap sandbox's (sandbox.set_limits)
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.closerange(3, ready_fd)
@@ -299,8 +303,6 @@ def serve(sock_path: str, setup: dict, preload: list[str]) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(64)
-    import importlib
-
     for name in [*KERNEL_MODULES, *preload]:  # the kernel's own start-up, paid once
         try:
             importlib.import_module(name)
@@ -329,8 +331,6 @@ def serve(sock_path: str, setup: dict, preload: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m autograder.isolation.zygote")
     parser.add_argument("socket")
     parser.add_argument("--setup", required=True, help="JSON: workbase, readable, rebind (sandbox.main)")

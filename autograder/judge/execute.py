@@ -16,22 +16,31 @@ from __future__ import annotations
 import atexit
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Dict, Integer, List, Unicode
 
-from nbgrader.preprocessors import NbGraderPreprocessor
-
-from autograder.course.model import Grading
+from autograder.course.model import Grading, load
+from autograder.course.settings import GradingSettings
+from autograder.isolation import sandbox
+from autograder.isolation.policy import kernel_env
+from autograder.isolation.scratch import process_folder, remove_tree
 
 from .budget import Limits
+from .feedback import strip_hidden_source
 from .kernel import KernelSession
 from .runner import context_sources, is_test_cell, run_and_judge
 from .status import record_status
-from autograder.isolation.scratch import process_folder, remove_tree
+from .worker import Job
 
 # The kernel launched for the next submission, (KernelSession, scratch folder).  Module
 # level: nbgrader makes a new preprocessor object for every notebook it converts.
@@ -43,8 +52,6 @@ _ZYGOTE: dict = {}
 def _without_hidden_tests(nb):
     """The submission as the student has it (for the kernel's working folder): test cells
     carry only their visible part."""
-    from .feedback import strip_hidden_source
-
     out = copy.deepcopy(nb)
     for cell in out.cells:
         if is_test_cell(cell):
@@ -95,12 +102,6 @@ class JudgedExecute(NbGraderPreprocessor):
     def _ensure_zygote(self, base: Path) -> None:
         """Start this process's zygote for these settings (or keep the one running), when the
         kernels run in bubblewrap on the CPU; otherwise kernels start as separate sandboxes."""
-        import os
-        import subprocess
-        import sys
-
-        from jupyter_client.kernelspec import KernelSpecManager
-
         key = self._spare_key(base)
         proc = _ZYGOTE.get("proc")
         if proc is not None and proc.poll() is None and _ZYGOTE.get("key") == key:
@@ -157,10 +158,6 @@ class JudgedExecute(NbGraderPreprocessor):
         """What a kernel launched ahead of time must agree on with the submission that takes
         it: kernel spec, arguments, environment and limits (a Dask worker grades tasks of
         other runs too)."""
-        from jupyter_client.kernelspec import KernelSpecManager
-
-        from autograder.isolation.policy import kernel_env
-
         try:
             argv = KernelSpecManager().get_kernel_spec(self.kernel_name).argv
         except Exception:  # noqa: BLE001 - no such spec: never matches a launched kernel
@@ -184,19 +181,12 @@ class JudgedExecute(NbGraderPreprocessor):
     def _configure(self, assignment: str) -> None:
         """Take every setting from the run's settings in the job file (one serialised object);
         a plain ``nbgrader autograde``, with no job, takes the course's settings for the assignment."""
-        from autograder.course.settings import GradingSettings
-
         if not self.job:
-            from autograder.course.model import load
-            from autograder.isolation.sandbox import bwrap_works
-
-            s = GradingSettings.for_assignment(load().assignment(assignment), bwrap=bwrap_works())
+            s = GradingSettings.for_assignment(load().assignment(assignment), bwrap=sandbox.bwrap_works())
             self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
             self.kernel_env, self.context = dict(s.env), list(s.judge_context)
             self.limits = Limits.of(s)
             return
-        from .worker import Job
-
         job = Job.load(Path(self.job))
         s = job.settings
         self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
@@ -244,9 +234,6 @@ class JudgedExecute(NbGraderPreprocessor):
 
 def _stop_zygote() -> None:
     """Kill the zygote (its sandbox, with any kernel still forked from it) and remove its folder."""
-    import os
-    import signal
-
     proc, folder = _ZYGOTE.pop("proc", None), _ZYGOTE.pop("dir", None)
     _ZYGOTE.clear()
     if proc is not None:

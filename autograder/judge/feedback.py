@@ -1,13 +1,23 @@
 """nbconvert preprocessors and the feedback exporter used by the grading pipeline."""
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
+from coursekit.failures import HIDDEN_FAILURE
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool, Unicode
+from traitlets.config import Config
+
+from autograder.course.cells import graded_cells
+from autograder.text import htmlsafe
+
+# Imports inside functions: nbgrader.api (with SQLAlchemy) is imported when a page needs the gradebook:
+# rendering a page without one does not load the database layer.
 
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
 END_HIDDEN = "### END HIDDEN TESTS"
@@ -25,7 +35,7 @@ def short_error(output) -> None:
     """Reduce an error output to one line: a traceback would quote hidden-test lines."""
     ename, evalue = output.get("ename", "Error"), output.get("evalue", "")
     if ename == "AssertionError" and not evalue:
-        evalue = "a hidden check failed (see the first line of this cell for what it checks)"
+        evalue = HIDDEN_FAILURE
     output["traceback"] = [f"{ename}: {evalue}"]
 
 
@@ -51,8 +61,6 @@ class FeedbackLabels(Preprocessor):
     enabled = Bool(True)
 
     def preprocess(self, nb, resources):
-        from autograder.course.cells import graded_cells
-
         labels = {c.grade_id: c for c in graded_cells(nb)}
         waiting = self._waiting(resources, [g for g, c in labels.items() if c.kind == "manual"])
         totals = {"auto": 0.0, "auto_max": 0.0, "manual": 0.0, "manual_max": 0.0, "pending": 0.0}
@@ -165,25 +173,18 @@ class FeedbackExporter(HTMLExporter):
 
     @property
     def default_config(self):
-        from traitlets.config import Config
-
         c = super().default_config
         c.merge(Config({"NbConvertBase": {"display_data_priority": [
             "text/html", "text/markdown", "image/svg+xml", "text/latex", "image/png", "image/jpeg", "text/plain"]}}))
         return c
 
     def default_filters(self):
-        from autograder.text import htmlsafe
-
         yield from super().default_filters()
         yield ("markdown2html", memoised("markdown", lambda source, *a, **k: htmlsafe.markdown_to_html(source)))
         yield ("clean_html", htmlsafe.sanitize)
         yield ("latex2mathml", htmlsafe.latex_to_html)
 
     def _facts(self) -> dict:
-        import json
-        from pathlib import Path
-
         if not self.facts:
             return {}
         try:

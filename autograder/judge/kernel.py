@@ -24,6 +24,9 @@ from coursekit.remote.client import callback_error, callback_parts
 from coursekit.remote.codec import (CALLBACK_PREFIX, MAX_HEADER_BYTES, MAX_NODES, MAX_TENSOR_BYTES, REPLY_MSG, ProtocolError,
                                    RemoteTimeout)
 
+# Imports inside functions: jupyter_client and zmq are imported when a kernel is started or spoken to: the
+# modules that import this one for its constants and exceptions (the budget, the runner) do not load them.
+
 # ZeroMQ drops a kernel that sends a larger message part; each part is checked again before
 # anything of it is parsed (``KernelSession._recv``)
 MAX_MESSAGE_BYTES = MAX_TENSOR_BYTES + (1 << 20)

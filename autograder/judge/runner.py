@@ -6,7 +6,8 @@ with ``student`` bound to the kernel (``coursekit.remote.client.RemoteStudent``)
 ``judge_cell`` turns its outcome into a ``Verdict``.  References, comparisons and points are
 computed here; no hidden-test line is ever sent to the kernel.  Each test cell's outputs are
 written by the grader: what the test printed, and for a failure one error line (the failing
-line of a visible test; for a hidden check only its message or a generic sentence).
+line of a visible test; for a hidden check only its message or a generic sentence), the line the
+self-check gives in the notebook too (``coursekit.failures``).
 """
 from __future__ import annotations
 
@@ -15,19 +16,21 @@ import contextlib
 import io
 import sys
 import time
-import traceback
 import types
 import warnings
 from dataclasses import dataclass
 
 import nbformat
+from coursekit.failures import explain_failure
 from coursekit.remote.client import RemoteStudent
 from coursekit.remote.codec import ProtocolError, RemoteTimeout
+from coursekit.selfcheck import warn_only
 
 from .budget import ENAME, MEMORY_ENAME, Limits, TestBudget, TestLimitExceeded, is_memory_error
 from .kernel import MAX_NOTEBOOK_OUTPUT, MAX_TEXT_OUTPUT, CellRun, KernelDied, KernelSession, stored_size
 
-HIDDEN_FAILURE = "a hidden check failed (see the first line of this cell for what it checks)"
+# Imports inside functions: torch is imported when the judge's namespace is built: importing the runner (for
+# its verdicts) does not load it.
 
 
 # ---------------------------------------------------------------------------------------
@@ -113,26 +116,9 @@ def _judge_cell(source: str, grade_id: str, namespace: dict) -> Verdict:
 
 
 def _failure(exc: BaseException, source: str, filename: str) -> tuple[str, str]:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
-    line = frames[-1].lineno if frames else None
-    hidden = line is not None and line in _hidden_lines(source)
-    name = getattr(exc, "student_type", None) or type(exc).__name__
-    text = str(exc)
-    if getattr(exc, "from_student", False):
-        if isinstance(exc, NotImplementedError):
-            return name, "not answered yet: your code raised NotImplementedError"
-        if isinstance(exc, NameError) and "not defined in the notebook" in text:
-            return name, f"{text}: the cell that defines it did not run, or failed"
-        return name, f"your code raised {name}" + (f": {text}" if text else "")
-    if isinstance(exc, AssertionError):
-        if text:
-            return "AssertionError", text
-        if hidden or line is None:
-            return "AssertionError", HIDDEN_FAILURE
-        return "AssertionError", "failed: " + source.splitlines()[line - 1].strip()
-    if hidden:
-        return name, f"{HIDDEN_FAILURE}: {name}" + (f": {text[:300]}" if text else "")
-    return name, text[:2000]
+    """(ename, message) of a failed test cell: the line the self-check gives too (``coursekit.failures``)."""
+    failure = explain_failure(exc, source, filename, hidden_lines=_hidden_lines(source))
+    return failure.ename, failure.message
 
 
 def judge_namespace(context_sources: list[str], device: str) -> dict:
@@ -148,8 +134,6 @@ def judge_namespace(context_sources: list[str], device: str) -> dict:
     exec("import importlib, importlib.util, math, os, subprocess, sys\nimport torch", ns)
     ns["DEVICE"] = torch.device(device)
     ns["check"] = ns["handin_report"] = lambda *a, **k: None
-    from coursekit.selfcheck import warn_only
-
     ns["warn_only"] = warn_only  # checks in visible tests that warn (printed into the test's output)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")

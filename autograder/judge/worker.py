@@ -21,13 +21,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
+import traceback
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from coursekit.models import course_cache_dir
 
 from autograder import ROOT
 from autograder.course.paths import GradingPaths, nbgrader_env
 from autograder.course.settings import GradingSettings, environ
+from autograder.isolation import sandbox
+from autograder.isolation.sandbox import die_with_parent
+from autograder.isolation.scratch import ENV, process_folder, remove_tree
+
+from .status import read_status, record_status
+
+# Imports inside functions: nbgrader, jsonschema, SQLAlchemy and torch are imported by the functions that
+# grade: a backend imports this module for Job and Outcome without them; serve() imports them (and the
+# runner) ahead of the first job, on purpose.
 
 # (importing the package, autograder/__init__.py, keeps jsonschema from building its IRI
 # grammar: 1.5 s of CPU per worker process)
@@ -39,9 +54,6 @@ def validate_metadata_once() -> None:
     ``jsonschema.validate(metadata, schema)``, which first checks the *schema* against
     JSON Schema's meta-schema, each time (about 2.5 ms a cell, 0.15 s a submission).  Same
     check, with each schema checked once and its validator kept."""
-    import json
-    import types
-
     import jsonschema
     from nbgrader.nbgraderformat import common
 
@@ -113,8 +125,6 @@ def record_outcomes() -> None:
     nbgrader creates up front prove nothing: a worker killed half way leaves them behind."""
     from nbgrader.apps import autogradeapp, generatefeedbackapp
     from nbgrader.converters import Autograde, GenerateFeedback
-
-    from .status import record_status
 
     def status_dir(config) -> str:
         """The job's status folder (``JudgedExecute.job`` names its job file)."""
@@ -199,11 +209,6 @@ class Job:
                 scratch: Path | None = None, late=()) -> "Job":
         """Make the worker folder: a copy of ``gradebook`` (the release), each notebook (student
         id -> notebook JSON) where nbgrader looks for it, the course's kernelspec, ``job.json``."""
-        import shutil
-
-        from autograder.isolation import sandbox
-        from autograder.isolation.scratch import remove_tree
-
         folder = Path(folder)
         remove_tree(folder)
         (folder / "tmp").mkdir(parents=True)
@@ -234,10 +239,6 @@ class Job:
     def env(self) -> dict:
         """The grading process's environment: the job's kernelspec and scratch folder, the
         threads it may use, and the assignment's grading environment (for the judge too)."""
-        from coursekit.models import course_cache_dir
-
-        from autograder.isolation.scratch import ENV, process_folder
-
         env = nbgrader_env()
         env.pop("JPY_PARENT_PID", None)  # an outer Jupyter's (grade run from a notebook): not this process's parent
         env["JUPYTER_PATH"] = str(self.folder / "jupyter") + os.pathsep + env.get("JUPYTER_PATH", "")
@@ -285,8 +286,6 @@ class Job:
     # what it left ----------------------------------------------------------------------
     def status(self, sid: str) -> dict:
         """The note the grader left for a student (written by the grader, never the kernel)."""
-        from .status import read_status
-
         return read_status(self.folder / "status", sid)
 
     def outcome(self, sid: str, log: str = "", timed_out: bool = False) -> Outcome:
@@ -329,9 +328,6 @@ def serve(requests, replies) -> int:
     goes to its folder's ``log.txt``.  The kernel zygote and the spare kernel of one job serve
     the next ones (``JudgedExecute``); each submission still gets a fresh sandboxed kernel.
     Ends at the end of ``requests``."""
-    import tempfile
-    import traceback
-
     validate_metadata_once()
     from nbgrader.apps import autogradeapp, generatefeedbackapp  # noqa: F401 - imported ahead
 
@@ -377,8 +373,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1:
         raise SystemExit(f"usage: python -m autograder.judge.worker FOLDER/job.json | {SERVE}")
-    from autograder.isolation.sandbox import die_with_parent
-
     die_with_parent("COURSE_GRADER_PID")  # a grade that is killed takes its workers with it
     if argv[0] == SERVE:
         # replies on the stdout it was given; everything printed goes elsewhere (the job's log)

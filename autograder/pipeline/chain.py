@@ -11,6 +11,7 @@ use can be read off their argument's type.  The last stage, ``export``, returns 
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, TypeVar
@@ -69,8 +70,6 @@ class Ahead:
     or raises its exception.  A daemon: a run that stops early does not wait for it."""
 
     def __init__(self, fn):
-        import threading
-
         self._value = self._error = None
         self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="course-ahead")
         self._thread.start()

@@ -21,7 +21,7 @@ from typing import Mapping
 
 import nbformat
 
-from autograder.text.outputs import text_of
+from autograder.text.outputs import output_text, text_of
 
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook larger than this is not read
 MAX_CELLS = 10_000             # nor one with more cells (the assignments have under 100)
@@ -183,8 +183,6 @@ def rebuild(raw: dict) -> tuple[nbformat.NotebookNode, list[str]]:
 def handed_in_outputs(raw: dict, grade_ids) -> dict[str, str]:
     """grade id -> the outputs of that code cell of ``raw`` (a parsed notebook, untrusted) as the
     student handed it in: bounded plain text (``autograder.text.outputs``), first cell of an id."""
-    from autograder.text.outputs import output_text
-
     wanted, out = set(grade_ids), {}
     cells = raw.get("cells") if isinstance(raw, dict) else None
     for cell in cells if isinstance(cells, list) else []:

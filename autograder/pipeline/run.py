@@ -31,6 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
+from coursekit import envvars
+
 from autograder import ROOT
 from autograder.course.errors import GradingError, StoppedAfterCommit
 from autograder.course.model import CourseFileError, UnknownAssignment, load as load_course
@@ -40,12 +42,14 @@ from autograder.isolation.scratch import OWNER, remove_tree
 from autograder.records import classrecord, gradebook
 from autograder.records.files import disk_line, held_interrupt, recover
 from autograder.records.writer import RecordBusy, writing
-from coursekit import envvars
 
 from . import stages
 from .chain import RunContext
+from .collect import RosterError, load_roster
 from .intake import student_id_from_name
 from .results import Report, Result
+
+# Imports inside functions: the backends are imported when the run picks one (tests put a fake one there).
 
 __all__ = ["grade", "GradingError", "student_id_from_name", "Report", "Result", "RunContext"]
 
@@ -171,8 +175,6 @@ def read_roster_file(path: Path, assignment: str, with_table: bool = False):
     """student id -> row of a roster file (the course's roster CSV, or Canvas's or Moodle's export:
     ``collect.load_roster``); one line (GradingError) for a file that is missing or malformed.
     With ``with_table``: (that dict, the RosterTable)."""
-    from .collect import RosterError, load_roster
-
     try:
         rows, table = load_roster(path, assignment)  # a repeated student id or LMS id: refused here
     except RosterError as exc:

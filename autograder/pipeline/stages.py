@@ -16,17 +16,22 @@ import platform
 import time
 import uuid
 from dataclasses import asdict, replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from autograder import SOURCE_DIR
+from autograder import RELEASE_DIR, SOURCE_DIR
 from autograder.authoring.release import release, write_atomic
+from autograder.course.cells import answers_in, graded_cells, normalised_answer
 from autograder.course.errors import GradingError, StoppedAfterCommit
+from autograder.course.offline_models import warm_models
 from autograder.course.settings import GradingSettings
-from autograder.records import classrecord, gradebook
+from autograder.records import classrecord, export as record_exports, gradebook  # tests replace its export()
 from autograder.records.classbook import NO_ANSWER
 from autograder.records.files import FileChanges, disk_line, replacing
+from autograder.text import csvsafe
+from autograder.text.outputs import HANDED_IN_FILE, write_handed_in
 
 from . import tamper
 from .chain import (Ahead, Collected, Committed, Judged, Prepared, Release, RunContext, Screened, Submissions,
@@ -34,8 +39,8 @@ from .chain import (Ahead, Collected, Committed, Judged, Prepared, Release, RunC
 from .collect import Entry, collect as unpack, read_report
 from .intake import (IntakeError, Submission, colliding_names, collision_reason, read_submission,
                      student_id_from_name)
-from .results import Report, Result
 from .repair import repair
+from .results import Report, Result
 from .screen import screen_assignment
 
 if TYPE_CHECKING:  # imported by the run when it picks its backend
@@ -55,8 +60,6 @@ def after_commit_line(exc: OSError, ctx: RunContext, run_id: str) -> str:
 
 def released_notebook(ctx: RunContext) -> Release:
     """The student notebook of the assignment as released (exercises/, generated from solutions/)."""
-    from autograder import RELEASE_DIR
-
     return Release.read(ctx.paths.course / RELEASE_DIR, ctx.assignment)
 
 
@@ -247,8 +250,6 @@ def prepare(ctx: RunContext, screened: Screened) -> Prepared:
     settings = replace(ctx.settings, bwrap=info.bwrap, gpu=info.gpu, provenance=provenance(ctx.assignment, info))
     staging = gradebook.staging_copy(ctx.url, ctx.folder / "release.db", ctx.assignment)
     if not settings.cluster:  # a cluster's workers build their own (backends.cluster)
-        from autograder.course.offline_models import warm_models
-
         warning = warm_models(settings.models, settings.env)
         if warning:
             warnings.append(warning)
@@ -258,8 +259,6 @@ def prepare(ctx: RunContext, screened: Screened) -> Prepared:
 
 def provenance(assignment: str, info) -> str:
     """How a submission was graded, for the end of its feedback page."""
-    from importlib.metadata import PackageNotFoundError, version
-
     versions = {}
     for dist in ("nbgrader", "torch", "transformers", "nbformat"):
         try:  # read from the installed metadata: importing torch here would cost seconds
@@ -277,7 +276,7 @@ def provenance(assignment: str, info) -> str:
 
 def judge(ctx: RunContext, prepared: Prepared) -> Judged:
     """Every submission that can be graded, judged by the run's backend: one record each."""
-    from autograder.backends import Batch, Outcome
+    from autograder.backends import Batch, Outcome  # as in TYPE_CHECKING above: loaded when a run judges
 
     queue = {s.student_id: s.nb for s in prepared.submissions if s.nb is not None and not s.error}
     outcomes = {}
@@ -396,8 +395,6 @@ def _written_answers_changed(ctx: RunContext, rel: Release, sid: str, out: Outco
     """grade_id -> whether the student's answer to that hand-graded cell differs (normalised)
     from the one of their submission in the record (its graded notebook); an earlier notebook
     that cannot be read counts as changed: no hand grade moves onto an answer nobody saw."""
-    from autograder.course.cells import answers_in, graded_cells, normalised_answer
-
     manual = [c.grade_id for c in graded_cells(rel.nb) if c.kind == "manual"]
     if not manual:
         return {}
@@ -411,8 +408,6 @@ def _stage_files(ctx: RunContext, judged: Judged, staged: FileChanges) -> None:
     """Graded notebooks and feedback pages staged for nbgrader's folders; the files they replace
     (and those of a student whose new file could not be graded) copied into the run's archive.
     Beside a graded notebook: the outputs its student handed in, where course.yml keeps them."""
-    from autograder.text.outputs import HANDED_IN_FILE, write_handed_in
-
     name = judged.release.notebook
     handed_in = {s.student_id: s.handed_in for s in judged.submissions if ctx.spec.handed_in_outputs}
     for sid, out in judged.outcomes.items():
@@ -430,8 +425,6 @@ def _stage_files(ctx: RunContext, judged: Judged, staged: FileChanges) -> None:
 
 def _stage_copies(ctx: RunContext, change: classrecord.Commit, staged: FileChanges) -> None:
     """A readable copy of the roster, and the notebooks this run collected from an LMS download."""
-    from autograder.text import csvsafe
-
     saved = change.roster if change.roster is not None else classrecord.read_roster(ctx.url)
     if saved:
         columns = ["student_id", "lms_id", "name", "email", "login", "section"]
@@ -447,11 +440,9 @@ def _stage_copies(ctx: RunContext, change: classrecord.Commit, staged: FileChang
 def export(ctx: RunContext, committed: Committed) -> Report:
     """Every file of the assignment rebuilt from the class record (grades.csv, canvas.csv,
     moodle.csv, plots, a feedback page for every student of the class), and the run's summary."""
-    from autograder.records.export import export as write_exports
-
     out_dir = ctx.out_dir
     rel, outcomes = committed.release, committed.outcomes
-    result = write_exports(ctx.assignment, ctx.paths.root, out_dir, rel.nb, ctx.spec.lms_column,
+    result = record_exports.export(ctx.assignment, ctx.paths.root, out_dir, rel.nb, ctx.spec.lms_column,
                            ctx.spec.canvas_id, pages=True, provenance=committed.settings.provenance)
     rows = {row.student_id: row for row in result.rows}
     results = [_result(sub, outcomes.get(sub.student_id), rows.get(sub.student_id), rel, result.auto_max,

@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 import re
 
+from coursekit.sourcecheck import _dotted
+
 PROTECTED_MODULES = {"torch", "numpy", "np", "F", "nn", "math", "builtins", "sys", "nbgrader",
                      "unittest", "pytest", "coursekit", "inspect", "types", "importlib", "random"}
 # calls that reach into the kernel's own machinery (hooks, frames, history)
@@ -126,8 +128,6 @@ def scan(nb, released_nb) -> list[str]:
 
 def _dotted_name(node) -> str | None:
     """``a.b.c`` for a chain of attributes on a name, else None."""
-    from coursekit.sourcecheck import _dotted
-
     name = _dotted(node)
     return None if name is None or name.startswith("?.") else name
 

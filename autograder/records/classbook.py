@@ -14,6 +14,10 @@ from pathlib import Path
 from autograder.course.cells import GradedCell, graded_cells  # noqa: F401 - part of this module's API
 
 from .classrecord import read_intake, read_roster
+from .gradebook import db_url, sqlite_path
+
+# Imports inside functions: nbgrader.api is imported where the gradebook is read: the summary and the
+# exports that import this module load nbgrader only then.
 
 # the note the record keeps for a notebook handed in as it was released (the read stage writes it,
 # the exports tell the student what it means)
@@ -66,8 +70,6 @@ def gradebook_rows(url: str, assignment: str, cells: list[GradedCell]) -> dict[s
     """Every submission of ``assignment`` in the gradebook at ``url``, as rows."""
     from nbgrader.api import Gradebook
 
-    from .gradebook import sqlite_path
-
     kinds = {c.grade_id: c for c in cells}
     rows: dict[str, ClassRow] = {}
     path = sqlite_path(url)
@@ -112,8 +114,6 @@ def class_rows(grading: Path, assignment: str, released_nb) -> list[ClassRow]:
     matched to anyone, sorted by student id."""
     cells = graded_cells(released_nb)
     max_points = sum(c.points for c in cells)
-    from .gradebook import db_url
-
     url = db_url(grading)
     rows = gradebook_rows(url, assignment, cells)
     intake = read_intake(url, assignment)

@@ -25,6 +25,12 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from .faults import fault
+from .gradebook import shown, sqlite_path
+
+# Imports inside functions: nbgrader.api is imported where the gradebook's tables are needed: the command
+# line's history and undo import this module without nbgrader.
+
 META = sa.MetaData()
 ROSTER = sa.Table("course_roster", META, sa.Column("student_id", sa.String(255), primary_key=True),
                   sa.Column("data", sa.Text, nullable=False))
@@ -73,8 +79,6 @@ class RunEntry:
 
 def _where(url: str) -> str:
     """The gradebook named for a person: its file, or its URL with the password hidden."""
-    from .gradebook import shown, sqlite_path
-
     return str(sqlite_path(url) or shown(url))
 
 
@@ -221,8 +225,6 @@ def commit(url: str, change: Commit, run_id: str | None = None) -> tuple[str, li
     """Put ``change`` into the class record in one transaction; return the run's id (``run_id``
     when given: the id its staged files were filed under, ``files.FileChanges``) and the grades
     it changed."""
-    from .faults import fault
-
     engine = _engine(url)
     try:
         with engine.begin() as conn:
@@ -341,8 +343,6 @@ def read_intake(url: str, assignment: str) -> dict:
 def with_submission(url: str, assignment: str, students) -> set[str]:
     """Those of ``students`` who have something of ``assignment`` in the record: a submission in
     the gradebook, or a file a run was given (graded or not)."""
-    from .gradebook import sqlite_path
-
     path = sqlite_path(url)
     if path is not None and not path.exists():
         return set()
@@ -387,8 +387,6 @@ def export_settings(url: str, assignment: str) -> dict:
 
 
 def _read(url: str, get, empty):
-    from .gradebook import sqlite_path
-
     path = sqlite_path(url)
     if path is not None and not path.exists():
         return empty
@@ -445,8 +443,6 @@ def undo(url: str, assignment: str, run: str | None = None, run_id: str | None =
                 conn.execute(sa.update(RUNS).where(RUNS.c.id == r.id).values(data=json.dumps(r.data, default=str)))
             if before_commit is not None:
                 before_commit(undone)
-            from .faults import fault
-
             fault("commit")
             entry = RunEntry(run_id, max(r.seq for r in runs) + 1, "undo", "", restore.data)
             return entry, undone, changes

@@ -16,15 +16,31 @@ grade columns stay numbers.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 
+from autograder import ROOT
+from autograder.course.paths import GradingPaths, nbgrader_env
+from autograder.isolation.scratch import remove_tree
 from autograder.text import csvsafe
-from autograder.text.htmlsafe import page
+from autograder.text.htmlsafe import CSP_META, page
+
 from .classbook import NO_ANSWER, ClassRow, GradedCell, class_rows, graded_cells
-from .files import Replacements
+from .classrecord import export_settings, read_intake
+from .faults import fault
+from .files import FEEDBACK_STAGING, Replacements, remove_dead_staging
+from .gradebook import db_url
+
+# Imports inside functions: matplotlib is imported when a histogram is drawn: an export without one (and the
+# command line) does not load it.
 
 
 MISSING = ("zero", "blank")   # what the LMS files give a student without a gradable file
@@ -129,9 +145,6 @@ def export(assignment: str, grading: Path, out_dir: Path, released_nb, lms_colum
     gradebook export names it.  Either, when not given, is what the last grading run was told
     (``grade --missing``, ``grade --roster <Canvas export>``), else "zero" and the name of
     course.yml."""
-    from .classrecord import export_settings
-    from .gradebook import db_url
-
     grading, out_dir = Path(grading), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = export_settings(db_url(grading), assignment)
@@ -216,10 +229,6 @@ def _own(out: Replacements | None):
 
 def _simple_page(assignment: str, row: ClassRow, provenance: str = "") -> str:
     """The page of a student with no graded submission: the reason, in words, and what to do."""
-    from html import escape
-
-    from autograder.text.htmlsafe import CSP_META
-
     what, todo = not_graded_note(row)
     late = "<p>It was submitted late.</p>" if row.late else ""
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}<title>{escape(assignment)}: "
@@ -327,14 +336,6 @@ def _staged_feedback(assignment: str, grading: Path, students: list[str], root: 
     place in nbgrader's feedback folder -> the staged page, for the caller to put in place with
     its other files.  The staging folder goes when the block ends, and so do those of exports
     that were killed (their process is gone)."""
-    import os
-    import uuid
-
-    from autograder.isolation.scratch import remove_tree
-
-    from .faults import fault
-    from .files import FEEDBACK_STAGING, remove_dead_staging
-
     grading = Path(grading)
     remove_dead_staging(grading)
     staging = grading / f"{FEEDBACK_STAGING}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -351,18 +352,8 @@ def regenerate_feedback(assignment: str, grading: Path, students: list[str], roo
                         into: Path | None = None) -> None:
     """Every graded student's feedback page rendered again from the gradebook (hand grades
     included), into nbgrader's feedback folder, or (``into``) a folder laid out like it."""
-    import time
-
-    from autograder import ROOT
-    from autograder.course.paths import GradingPaths, nbgrader_env
-
     if not students:
         return
-    import json
-    import tempfile
-
-    from .classrecord import read_intake
-
     paths = GradingPaths(Path(grading), root or ROOT)
     note = (f"feedback rebuilt from the gradebook {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
             "(automatic tests, and the points and comments of the graders)")

@@ -10,6 +10,7 @@ The copies are made, and the new files staged, before the change's transaction c
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from autograder.course.paths import GradingPaths
 from autograder.isolation.scratch import remove_tree
 
+from .classrecord import history
 from .faults import fault
 
 STEPS = ("autograded", "feedback")
@@ -288,8 +290,6 @@ class FileChanges:
 
     def journal(self, step: str = "") -> None:
         """The journal of the renames, written whole, last before the transaction commits."""
-        import json
-
         self._started = True
         self.dir.mkdir(parents=True, exist_ok=True)
         with replacing(self.dir / JOURNAL, step=step) as fh:
@@ -297,8 +297,6 @@ class FileChanges:
 
     @classmethod
     def load(cls, journal: Path) -> "FileChanges":
-        import json
-
         data = json.loads(Path(journal).read_text())
         grading = Path(journal).parents[2]
         self = cls(grading, data["assignment"], Path(journal).parent.name, data.get("kind", "grade"))
@@ -340,8 +338,6 @@ def recover(grading: Path, url: str, assignment: str) -> list[str]:
     """Changes of ``assignment`` a killed command left half done (their journal is still there):
     completed when their run is in the record, removed when it is not; one line for each.  Only
     under the assignment's writer lock (``autograder.records.writer``)."""
-    from .classrecord import history
-
     paths = GradingPaths(Path(grading))
     remove_leftovers(paths.reports(assignment))
     for folder in paths.step("feedback").glob(f"*/{assignment}"):  # an export's pages, half written

@@ -8,9 +8,15 @@ records another database in ``<grading>/gradebook.url``; every later command on 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import sqlite3
 from pathlib import Path
 
-from autograder.course.paths import GradingPaths, sqlite_path
+from autograder.course.paths import GradingPaths, nbgrader_env, read_alembic_head_in_process, sqlite_path
+from autograder.course.settings import environ
+
+# Imports inside functions: nbgrader.api and SQLAlchemy are imported where a database is opened: the command
+# line imports this module for its URL helpers without them.
 
 
 def db_url(grading: Path) -> str:
@@ -62,8 +68,6 @@ def damaged(url: str, exc: BaseException | str) -> GradebookUnreachable:
 def check_sqlite(url: str) -> None:
     """A SQLite gradebook file that exists must open as a database with readable tables
     (GradebookDamaged otherwise); other databases are checked by ``check_reachable``."""
-    import sqlite3
-
     path = sqlite_path(url)
     if path is None or not path.exists():
         return
@@ -82,8 +86,6 @@ def staging_copy(url: str, path: Path, assignment: str) -> Path:
     assignment as released (with the same ids), so that the rows they write can go into the
     class record as they are.  A SQLite gradebook is copied whole; another database's release
     rows are copied table by table."""
-    import shutil
-
     import sqlalchemy as sa
     from nbgrader.api import Base, Gradebook
 
@@ -92,9 +94,6 @@ def staging_copy(url: str, path: Path, assignment: str) -> Path:
     if source is not None:
         shutil.copy(source, path)
         return path
-    from autograder.course.paths import nbgrader_env, read_alembic_head_in_process
-    from autograder.course.settings import environ
-
     read_alembic_head_in_process()
     with environ({"PATH": nbgrader_env()["PATH"]}), Gradebook(f"sqlite:///{path}"):  # nbgrader's schema (alembic)
         pass

@@ -43,12 +43,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import nbformat
+from sqlalchemy.exc import SQLAlchemyError
 
-from autograder.course.cells import Release, answer_version
+from autograder.course.cells import Release, answer_version, answers_in
+from autograder.course.model import load
+from autograder.text.htmlsafe import markdown_to_html, page  # page(): bidi controls shown wherever they are
 from autograder.text.outputs import output_text, read_handed_in
 
 from .classbook import graded_cells
+from .classrecord import RecordError, history
+from .faults import fault
 from .gradebook import db_url
+from .writer import RecordBusy, writing
+
+# Imports inside functions: nbgrader.api is imported where a grade is read or saved: building the pages does
+# not load nbgrader.
 
 
 def grade_version(points, comment) -> str:
@@ -101,8 +110,6 @@ class HandGrading:
         self.notebook, self.released = release.notebook, release.nb
         self.source = nbformat.read(self.root / "solutions" / assignment / self.notebook, as_version=4)
         try:
-            from autograder.course.model import load
-
             self.spec = load(self.root).assignment(assignment)
         except (KeyError, ValueError, OSError):
             self.spec = None
@@ -159,8 +166,6 @@ class HandGrading:
     def _answered_anew(self) -> dict:
         """(student, grade_id) -> the points of a hand grade a regrade left behind because the
         answer changed (the history's latest word on it)."""
-        from .classrecord import RecordError, history
-
         out: dict = {}
         try:
             runs = history(db_url(self.grading), self.assignment)
@@ -185,10 +190,6 @@ class HandGrading:
         problem (nothing is written for that student); ``self.scored`` then holds the students
         whose points were written.  Saving holds the assignment's writer lock; while another
         command holds it nothing is saved (one line naming it)."""
-        from sqlalchemy.exc import SQLAlchemyError
-
-        from .writer import RecordBusy, writing
-
         self.scored: list[str] = []
         try:
             with writing(db_url(self.grading), self.assignment, f"handgrade save {self.assignment}"):
@@ -202,8 +203,6 @@ class HandGrading:
 
     def _save(self, grade_id: str, entries: dict, versions: dict) -> list[str]:
         from nbgrader.api import Gradebook, MissingEntry
-
-        from .faults import fault
 
         info = {c.grade_id: c for c in graded_cells(self.released) if c.kind == "manual"}.get(grade_id)
         if info is None:
@@ -258,8 +257,6 @@ class HandGrading:
 
     def _answer_version(self, sid: str, grade_id: str) -> str:
         """The version of ``sid``'s answer to ``grade_id`` as graded now (their graded notebook)."""
-        from autograder.course.cells import answers_in
-
         found = answers_in(self.grading / "autograded" / sid / self.assignment / self.notebook, [grade_id])
         return answer_version((found or {}).get(grade_id, ""))
 
@@ -293,8 +290,6 @@ CSP = ("default-src 'none'; style-src 'sha256-" + base64.b64encode(hashlib.sha25
 
 
 def _page(title: str, body: str) -> bytes:
-    from autograder.text.htmlsafe import page  # bidi controls shown wherever they are
-
     return page(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
                 f"<style>{STYLE}</style></head><body>{body}</body></html>").encode()
 
@@ -302,8 +297,6 @@ def _page(title: str, body: str) -> bytes:
 def _markdown(text: str) -> str:
     """Markdown as safe HTML with its math as MathML (``autograder.text.htmlsafe``: no script, no
     event handler, no ``javascript:`` link): a student's answer, or the question and mark scheme."""
-    from autograder.text.htmlsafe import markdown_to_html
-
     return markdown_to_html(text)
 
 

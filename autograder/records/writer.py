@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import fcntl
 import json
 import os
 import re
@@ -36,6 +37,9 @@ import zlib
 from pathlib import Path
 
 from autograder.course.paths import sqlite_path
+
+# Imports inside functions: SQLAlchemy is imported where a PostgreSQL lock is taken: a SQLite record (a lock
+# file) never loads it.
 
 POLL_S = 0.5
 _PG_CLASS = 0x436F7572  # "Cour": the first key of every advisory lock of the course
@@ -136,8 +140,6 @@ class _FileLock:
 
     def try_take(self, me: dict, say) -> dict | None:
         """None when taken; else who holds it."""
-        import fcntl
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -22,6 +22,9 @@ import nh3
 
 from .visible import visible, visible_html
 
+# Imports inside functions: nbconvert's markdown renderer and latex2mathml are imported when markdown or
+# math is converted: the command line imports this module's sanitiser without them.
+
 MATHML_TAGS = {"math", "mi", "mo", "mn", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt", "mroot", "mstyle",
                "merror", "mpadded", "mphantom", "menclose", "msub", "msup", "msubsup", "munder", "mover",
                "munderover", "mmultiscripts", "mprescripts", "none", "mtable", "mtr", "mtd", "mlabeledtr",

@@ -5,6 +5,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from coursekit.models import course_cache_dir
+
 # Bump when the model code, the tokenizer or the training loop changes in a way that
 # changes the trained weights: cached models made by another version are not reused.
 CODE_VERSION = 2
@@ -12,8 +14,6 @@ CODE_VERSION = 2
 
 def cache_root(cache_dir=None, kind: str = "small-gpt") -> Path:
     """``cache_dir`` if given, else ``$COURSE_CACHE_DIR/<kind>`` (see coursekit.models)."""
-    from coursekit.models import course_cache_dir
-
     return Path(cache_dir) if cache_dir is not None else course_cache_dir() / kind
 
 

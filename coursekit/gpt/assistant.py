@@ -37,8 +37,15 @@ from pathlib import Path
 
 import torch
 
+from coursekit.data import load_small_ag_news
+from coursekit.models import _quiet
+
 from ._cache import CODE_VERSION, cache_root
+from .tokenizer import BPETokenizer
 from .train import ag_news_corpus, cpu_threads, get_batch
+
+# Imports inside functions: transformers is imported where the chat model is built or loaded: importing
+# coursekit.gpt for the small GPT does not load it.
 
 __all__ = ["AssistantConfig", "BaseSettings", "ChatSettings", "TOPICS", "TASKS", "CHAT_TEMPLATE",
            "SPECIAL_TOKENS", "make_tokenizer", "instruction_pairs", "encode_chat", "load_or_train_base",
@@ -124,8 +131,6 @@ def make_tokenizer(text: str | None = None, vocab_size: int = 1024, context: int
     ``PreTrainedTokenizerFast`` with the chat tokens and ``CHAT_TEMPLATE``."""
     from transformers import PreTrainedTokenizerFast
 
-    from .tokenizer import BPETokenizer
-
     text = text if text is not None else ag_news_corpus()["train"]
     bpe = BPETokenizer.load_or_train(text, vocab_size)
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe.backend, model_max_length=context)
@@ -152,8 +157,6 @@ def headline_of(text: str) -> str:
 
 
 def _rows(split: str) -> list[tuple[str, int]]:
-    from coursekit.data import load_small_ag_news
-
     ds = load_small_ag_news()["train" if split == "train" else "test"]
     return list(zip(ds["text"], ds["label"]))
 
@@ -370,8 +373,6 @@ def _load(folder: Path, device):
 
     try:
         meta = json.loads((folder / "course-meta.json").read_text())
-        from coursekit.models import _quiet
-
         with _quiet():
             model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
             tok = PreTrainedTokenizerFast.from_pretrained(folder)
@@ -383,8 +384,6 @@ def _load(folder: Path, device):
 
 def _save(model, tokenizer, folder: Path, meta: dict) -> None:
     """Write beside ``folder`` and rename, so that nobody reads half a model."""
-    from coursekit.models import _quiet
-
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:

@@ -19,6 +19,9 @@ import torch
 
 from ._cache import CODE_VERSION, cache_root, write_text_atomically
 
+# Imports inside functions: tokenizers is imported when a tokenizer is trained or loaded, not when
+# coursekit.gpt is imported.
+
 __all__ = ["BPETokenizer"]
 
 

@@ -27,9 +27,14 @@ from typing import Callable
 
 import torch
 
+from coursekit.data import load_small_ag_news
+
 from ._cache import CODE_VERSION, cache_root
 from .model import GPT, SMALL_GPT_CONFIG, GPTConfig
 from .tokenizer import BPETokenizer
+
+# Imports inside functions: .modern is imported inside the functions that build a modern model: modern.py
+# imports this module (an import cycle).
 
 __all__ = ["TrainSettings", "TrainResult", "ag_news_corpus", "get_batch", "cpu_threads", "build_model",
            "train_small_gpt", "load_or_train_small_gpt", "cache_key"]
@@ -67,8 +72,6 @@ def _config_from_dict(kind: str, values: dict):
 def ag_news_corpus() -> dict[str, str]:
     """The small AG News subset as two long strings, one article per line:
     ``{"train": ..., "val": ...}`` (the dataset's train and test splits)."""
-    from coursekit.data import load_small_ag_news
-
     ds = load_small_ag_news()
     return {"train": "\n".join(ds["train"]["text"]) + "\n",
             "val": "\n".join(ds["test"]["text"]) + "\n"}

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from coursekit.models import _quiet, course_cache_dir
 
+# Imports inside functions: torch, transformers, gguf and coursekit.gpt are imported when a model is
+# exported: the LLM lab imports coursekit.llm (and so this module) without them.
+
 
 def export_offline_chat(folder=None):
     """Write the offline chat model as a transformers checkpoint (``LlamaForCausalLM``, its

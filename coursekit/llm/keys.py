@@ -9,6 +9,8 @@ from urllib.parse import urlparse
 
 from coursekit.llm.base import LLMError
 
+# Imports inside functions: google.colab exists only on Colab: it is imported where a Colab secret is read.
+
 KEY_NAME = "OPENAI_API_KEY"  # environment variable and Colab secret: sent to OPENAI_HOST only
 SERVER_KEY_NAME = "COURSE_LLM_API_KEY"  # the key for any other server (the grader drops names with KEY)
 OPENAI_HOST = "api.openai.com"

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from coursekit.llm.base import LanguageModel, LLMError, UnsupportedSetting
 
+# Imports inside functions: torch, transformers, numpy, llama_cpp (optional) and coursekit.gpt are imported
+# by the backend that uses them: a lab on an API backend loads none of them.
+
 HUB_CHAT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 

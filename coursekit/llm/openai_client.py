@@ -18,6 +18,9 @@ from urllib.parse import urlparse
 from coursekit.llm.base import LanguageModel, LLMError, UnsupportedSetting, _short
 from coursekit.llm.keys import KEY_NAME, OPENAI_HOST, SERVER_KEY_NAME, _Secret, api_key, is_local_url, is_openai_url
 
+# Imports inside functions: openai, httpx2 and httpcore2 are optional: they are imported where a request is
+# made, so that the interface imports without them.
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_REPLY_MB = 8.0  # default cap on one reply from a server (COURSE_LLM_MAX_REPLY_MB)
 

@@ -7,11 +7,16 @@ import functools
 import io
 import itertools
 import pickle
+import sys
 import types
 
+from ..sourcecheck import SourceView
 from .codec import CALLBACK_PREFIX, ProtocolError, RemoteTimeout, decode, student_exception
 from .core import find_instances
 from .refs import Ref, StudentBase, ref_path
+
+# Imports inside functions: torch is imported where a tensor is handled: assignments without torch import
+# the client without it.
 
 
 # ---------------------------------------------------------------------------------------
@@ -52,8 +57,6 @@ def _is_importable(fn) -> bool:
     qual = getattr(fn, "__qualname__", "")
     if not mod or mod in ("__main__", "__judge__") or "<" in qual:
         return False
-    import sys
-
     target = sys.modules.get(mod)
     for part in qual.split("."):
         target = getattr(target, part, None)
@@ -100,8 +103,6 @@ class RemoteStudent(StudentBase):
 
     @property
     def source(self):
-        from coursekit.sourcecheck import SourceView
-
         return SourceView(self._cells)
 
     def _check_args(self, value, depth=0) -> None:

@@ -3,10 +3,16 @@ bounded before anything is parsed.  Nothing but data is ever decoded (never pick
 from __future__ import annotations
 
 import base64
+import builtins
 import collections.abc
 import json
 import math
+import struct
+import warnings
 from typing import Any, Callable
+
+# Imports inside functions: torch, numpy and safetensors are imported where a tensor is encoded or decoded:
+# assignments without torch import the codec without them.
 
 # What one reply may hold.  The largest the assignments need is a fine-tuned model's weights
 # (finetune's state_dict: 86.6 MiB of tensors, a few kB of structure).  The grader checks
@@ -51,8 +57,6 @@ class RemoteTimeout(RuntimeError):
 def student_exception(type_name: str, message: str) -> BaseException:
     """The exception to raise on the caller's side for one raised by student code: the
     built-in class of that name (so ``except ValueError`` works), else StudentError."""
-    import builtins
-
     cls = getattr(builtins, type_name, None)
     if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "builtins":
         try:
@@ -232,8 +236,6 @@ def read_tensors(blob) -> dict[str, Any]:
     (a received message), each tensor uses its memory and nothing is copied; otherwise the
     blob is copied once.  Every offset, size and type is checked against the format (the
     header's length, contiguous non-overlapping data, shape times item size) before use."""
-    import struct
-
     import torch
 
     view = memoryview(blob).cast("B")
@@ -269,8 +271,6 @@ def read_tensors(blob) -> dict[str, Any]:
     if any(a[1] > b[0] for a, b in zip(entries, entries[1:])):
         raise ProtocolError("reply tensors are not valid safetensors (overlapping data)")
     out = {}
-    import warnings
-
     for begin, end, name, dtype, shape in entries:
         chunk = data[begin:end]
         if begin % dtype.itemsize or (8 + n) % dtype.itemsize:  # unaligned: one copy of this tensor

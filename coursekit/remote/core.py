@@ -8,6 +8,9 @@ from typing import Any
 
 from .codec import Handed, ProtocolError
 
+# Imports inside functions: torch is imported where a tensor is handled: assignments without torch import
+# this module without it.
+
 MAX_CHANGE_CHECK_BYTES = 64 << 20  # tensor arguments larger than this are not checked for changes
 
 class _NotFound:

@@ -4,9 +4,13 @@ from __future__ import annotations
 import contextlib
 import copy
 
+from ..sourcecheck import SourceView
 from .codec import decode, encode
 from .core import Core, changed_positions, copy_tensors, tensor_args
 from .refs import Ref, StudentBase, ref_path
+
+# Imports inside functions: IPython (and __main__, outside IPython) give the notebook's namespace at call
+# time: the kernel they run in is only known then.
 
 
 class LocalStudent(StudentBase):
@@ -76,8 +80,6 @@ class LocalStudent(StudentBase):
     @property
     def source(self):
         """The code this notebook ran (its cells, in order), for checks on how it is written."""
-        from ..sourcecheck import SourceView
-
         ns = self._namespace()
         cells = [c for c in ns.get("In", []) if isinstance(c, str) and c.strip()]
         return SourceView(cells)

@@ -8,6 +8,9 @@ import pickle
 from .codec import CALLBACK_PREFIX, REPLY_MSG, ProtocolError, encode, safe_str, student_exception
 from .core import Core, changed_positions, find_instances, tensor_args
 
+# Imports inside functions: torch is imported where a tensor is handled, IPython where the kernel is:
+# assignments without torch, and tests outside a kernel, import the server without them.
+
 
 # ---------------------------------------------------------------------------------------
 # In the kernel, at grading time: the server side of RemoteStudent
