@@ -27,7 +27,21 @@ import nbformat
 from colab_runtime import CourseInstall, Snapshot, install_course
 from conftest import ROOT, fill_solutions, read_nb
 
-RUN = textwrap.dedent("""
+# what a run gives back of each code cell (both scripts below define it)
+CELLS = textwrap.dedent("""
+    def cells_of(nb, first=0):
+        out = []
+        for cell in nb.cells[first:]:
+            if cell.cell_type != "code":
+                continue
+            outputs = cell.get("outputs", [])
+            text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+            errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o.get("output_type") == "error"]
+            out.append({"id": cell.get("id"), "source": cell.source, "text": text[-20000:], "errors": errors})
+        return out
+""")
+
+RUN = CELLS + textwrap.dedent("""
     import json, sys
     import nbformat
     from nbclient import NotebookClient
@@ -36,16 +50,8 @@ RUN = textwrap.dedent("""
         NotebookClient(nb, timeout=1800, kernel_name="python3", allow_errors=True,
                        resources={"metadata": {"path": sys.argv[2]}}).execute()
     finally:
-        out = []
-        for cell in nb.cells:
-            if cell.cell_type != "code":
-                continue
-            outputs = cell.get("outputs", [])
-            text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-            errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o.get("output_type") == "error"]
-            out.append({"id": cell.get("id"), "source": cell.source, "text": text[-20000:], "errors": errors})
         with open(sys.argv[3], "w") as fh:
-            json.dump(out, fh)
+            json.dump(cells_of(nb), fh)
 """)
 
 
@@ -69,7 +75,7 @@ def run_cells(python: Path, notebook: Path, env: dict, scratch: Path, timeout: i
 # execution count (``%reset`` leaves the last two), closes figures and moves to the notebook's folder, so that a notebook finds nothing another left
 # but the modules already imported (which is what the tier asks about: does the code run on these
 # packages). A notebook that kills its kernel is told as an error and the next one gets a new kernel.
-SERVE = textwrap.dedent("""
+SERVE = CELLS + textwrap.dedent("""
     import json, sys
     import nbformat
     from jupyter_client.manager import KernelManager
@@ -97,14 +103,7 @@ SERVE = textwrap.dedent("""
         finally:
             if client.kc is not None:
                 client.kc.stop_channels()
-        out = []
-        for cell in nb.cells[1:]:
-            if cell.cell_type != "code":
-                continue
-            outputs = cell.get("outputs", [])
-            text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-            errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o.get("output_type") == "error"]
-            out.append({"id": cell.get("id"), "source": cell.source, "text": text[-20000:], "errors": errors})
+        out = cells_of(nb, first=1)  # the reset cell is not the notebook's
         if died and out:
             out[-1]["errors"].append(died)
         with open(job["result"], "w") as fh:
