@@ -203,3 +203,35 @@ def test_a_solution_page_or_its_code_copied_into_the_course_is_caught(course, tm
     where = {k.split(":")[0] for k in leaks(planted, found)}
     assert {"book/notes.md", "coursekit/bpe.py"} <= where, where
     assert [k.split(":")[0] for k in solutions_found(planted)] == ["book/more.md"]
+
+
+
+def test_the_student_courses_own_tests_name_only_what_they_import_or_define(tmp_path):
+    """The test file publish writes into the student course (``STUDENT_TEST``) runs there on its
+    own: every global name its tests read is imported or defined in that file (an import moved
+    to the top of publish.py does not reach it)."""
+    import builtins
+    import dis
+    import types
+
+    from autograder.authoring.publish import STUDENT_TEST
+
+    path = tmp_path / "tests" / "test_course.py"
+    path.parent.mkdir()
+    path.write_text(STUDENT_TEST)
+    namespace = {"__file__": str(path), "__name__": "student_test_course"}
+    exec(compile(STUDENT_TEST, str(path), "exec"), namespace)  # noqa: S102 - the course's own file
+
+    def globals_read(code):
+        for ins in dis.get_instructions(code):
+            if ins.opname == "LOAD_GLOBAL":
+                yield ins.argval
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from globals_read(const)
+
+    tests = {k: v for k, v in namespace.items() if k.startswith("test_") and callable(v)}
+    assert tests
+    for name, fn in tests.items():
+        unknown = {n for n in globals_read(fn.__code__) if n not in namespace and not hasattr(builtins, n)}
+        assert not unknown, f"{name} of the student course's tests reads {sorted(unknown)}, which its file never defines"

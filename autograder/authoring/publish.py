@@ -46,8 +46,6 @@ from pathlib import Path
 
 import nbformat
 import yaml
-from coursekit._course import REPO
-from coursekit.selfcheck import load_spec
 
 from autograder import ROOT, SOURCE_DIR
 from autograder.course.model import Course, load
@@ -674,6 +672,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from coursekit._course import REPO
+from coursekit.selfcheck import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]  # tests/ -> the course
 
