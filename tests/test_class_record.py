@@ -230,3 +230,18 @@ def test_a_ctrl_c_once_the_record_is_written_says_so(graded_class, capsys, monke
     assert cli(["export", "attention", "--grading-dir", str(grading)]) == 0  # ... until export rebuilds them
     assert _rows(reports / "grades.csv")["s2"]["total"] == "24"
     assert (reports / "feedback" / "s2.html").read_bytes() != page
+
+
+def test_the_exports_plots_do_not_depend_on_what_else_styled_matplotlib(graded_class):
+    """The grader draws its plots in matplotlib's own style: a process whose rcParams something
+    else changed (the book's set_style, a test) writes the same bytes, so that undo's restored
+    exports and a later export agree."""
+    import matplotlib as mpl
+
+    grading = _copy(graded_class, "styled")
+    reports = grading / "reports" / "attention"
+    assert cli(["export", "attention", "--grading-dir", str(grading)]) == 0
+    plain = {name: (reports / name).read_bytes() for name in ("histogram.png", "pass_rates.png")}
+    with mpl.rc_context({"font.size": 17, "axes.grid": True, "figure.autolayout": True, "axes.spines.top": False}):
+        assert cli(["export", "attention", "--grading-dir", str(grading)]) == 0
+    assert {name: (reports / name).read_bytes() for name in plain} == plain

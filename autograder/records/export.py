@@ -290,8 +290,16 @@ def _plots(result: ExportResult, assignment: str, out: Replacements | None = Non
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib.ticker import MaxNLocator
     import matplotlib.pyplot as plt
+
+    # matplotlib's own style, whatever else in this process styled it (the book's set_style):
+    # the same record draws the same bytes, so undo's restored exports and a new export agree
+    with plt.style.context("default"):
+        _draw_plots(result, assignment, out, plt)
+
+
+def _draw_plots(result: ExportResult, assignment: str, out: Replacements | None, plt) -> None:
+    from matplotlib.ticker import MaxNLocator
 
     graded = [r for r in result.rows if r.status == "graded"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
