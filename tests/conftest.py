@@ -224,7 +224,9 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(os.environ.pop(RELEASES, None) or "/nonexistent", ignore_errors=True)
+    folder = os.environ.pop(RELEASES, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- two workers (pytest-xdist)

@@ -295,10 +295,11 @@ def _plots(result: ExportResult, assignment: str, out: Replacements | None = Non
     # matplotlib's own style, whatever else in this process styled it (the book's set_style):
     # the same record draws the same bytes, so undo's restored exports and a new export agree
     with plt.style.context("default"):
-        _draw_plots(result, assignment, out, plt)
+        _draw_plots(result, assignment, out)
 
 
-def _draw_plots(result: ExportResult, assignment: str, out: Replacements | None, plt) -> None:
+def _draw_plots(result: ExportResult, assignment: str, out: Replacements | None) -> None:
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     graded = [r for r in result.rows if r.status == "graded"]
