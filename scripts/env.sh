@@ -26,6 +26,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
+# Python's default: a module's bytecode is kept in __pycache__ (git ignores it) and reused. Some
+# images set PYTHONDONTWRITEBYTECODE, and then every process (each `python -m autograder`, grading
+# process, kernel and page) compiles the course's own modules from source again.
+unset PYTHONDONTWRITEBYTECODE
 
 stamp="$VENV/.course-requirements"
 want="$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)"

@@ -199,6 +199,24 @@ def _is_built(folder: Path, want: dict) -> bool:
     return (folder / "bin" / "python").exists() and stamp.exists() and json.loads(stamp.read_text()) == want
 
 
+def _compile(folder: Path) -> None:
+    """Bytecode for every module of the environment in ``folder``, as pip leaves each package it
+    installs on Colab.  Runtimes built before pip compiled here (``--no-compile``) had none, and the
+    machine's PYTHONDONTWRITEBYTECODE kept it so: every process of the tier (each kernel, grading
+    process and judge) compiled torch, transformers and datasets from source again, about twice the
+    CPU of the same import with bytecode.  Once per environment (``compiled`` marks it)."""
+    marker = folder / "compiled"
+    if marker.exists():
+        return
+    python = folder / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # a few files of some packages (templates, test data for other Pythons) are not valid Python
+    # and stay uncompiled, as pip leaves them: compileall's exit status is not asked
+    subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", site], capture_output=True)
+    marker.write_text("")
+
+
 def runtime_python(snap: Snapshot) -> Path:
     """The rebuilt runtime's Python, built on first use and reused while what it is built from is unchanged."""
     spec = requirements(snap)
@@ -207,6 +225,7 @@ def runtime_python(snap: Snapshot) -> Path:
     with _building(folder):
         if not _is_built(folder, want):
             _build_runtime(snap, folder, spec, want)
+        _compile(folder)
     return folder / "bin" / "python"
 
 
@@ -216,7 +235,7 @@ def _build_runtime(snap: Snapshot, folder: Path, spec: list[str], want: dict) ->
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-    _pip(python, "install", "-q", "--no-compile", "-c", str(_constraints(snap, folder)), *spec)
+    _pip(python, "install", "-q", "-c", str(_constraints(snap, folder)), *spec)
     _torchvision_without_compiled_ops(folder)
     got = freeze(python)
     asked = dict(s.split("==") for s in spec)
@@ -264,7 +283,7 @@ def install_course(snap: Snapshot, published: Path) -> CourseInstall:
     python = runtime_python(snap)
     _pip(python, "uninstall", "-q", "-y", "transformers-course", check=False)
     before = freeze(python)
-    _pip(python, "install", "-q", "--no-compile", str(published))
+    _pip(python, "install", "-q", str(published))
     after = freeze(python)
     changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
     return CourseInstall(snap, python, published, changed)
@@ -285,6 +304,7 @@ def grader_python(snap: Snapshot) -> Path:
     with _building(folder):
         if not _is_built(folder, want):
             _build_grader(snap, folder, base, want)
+        _compile(folder)
     return folder / "bin" / "python"
 
 
@@ -299,7 +319,7 @@ def _build_grader(snap: Snapshot, folder: Path, base: Path, want: dict) -> None:
                                capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "zz_colab_runtime.pth").write_text(f"import site; site.addsitedir({base_site!r})\n")
     if want["preinstalled"]:
-        _pip(python, "install", "-q", "--no-compile", "-c", str(_constraints(snap, base.parent.parent)),
+        _pip(python, "install", "-q", "-c", str(_constraints(snap, base.parent.parent)),
              *want["preinstalled"])
     stamp.write_text(json.dumps(want))
 

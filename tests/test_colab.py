@@ -14,6 +14,9 @@ fix (the note of issue 33 shows the runs).
 """
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from colab_runtime import snapshots
@@ -36,6 +39,17 @@ def colab(tmp_path_factory):
 def test_the_setup_cell_changes_none_of_colabs_packages(colab):
     """pip install of the published course keeps every package Colab ships (no restart needed)."""
     assert colab.changed == {}, f"the setup cell's pip install changed Colab's packages: {colab.changed}"
+
+
+def test_the_runtime_holds_bytecode_as_pip_leaves_it(colab):
+    """Every package the tier imports, the course's own too, comes with its bytecode, as pip installs it on Colab."""
+    probe = ("import importlib.util, os, coursekit, datasets, peft, torch, transformers; "
+             "print([m.__name__ for m in (coursekit, datasets, peft, torch, transformers) "
+             "if not os.path.exists(importlib.util.cache_from_source(m.__file__))])")
+    missing = subprocess.run([str(colab.python), "-c", probe], capture_output=True, text=True, check=True,
+                             env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                                  "PYTHONDONTWRITEBYTECODE": "1"}, cwd=colab.course.parent).stdout.strip()
+    assert missing == "[]", f"compiled from source at every import: {missing}"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
