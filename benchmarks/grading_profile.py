@@ -122,32 +122,36 @@ def _cumulative(stats: pstats.Stats, suffix: str, names: tuple) -> float:
 
 
 class _StageClock:
-    """Wraps the pipeline's stages (autograder.pipeline.run.STAGES) with timers."""
+    """Wraps the pipeline's stages (the functions of autograder.pipeline.stages that
+    ``run_stages`` calls, in order) with timers."""
+
+    NAMES = ("collect", "read", "screen", "prepare", "judge", "commit", "export")
 
     def __init__(self):
         self.seconds: dict = {}
 
     @contextlib.contextmanager
     def installed(self):
-        from autograder.pipeline import run as run_module
+        from autograder.pipeline import stages
 
-        original = run_module.STAGES
+        original = {name: getattr(stages, name) for name in self.NAMES}
 
-        def timed(stage):
-            def wrapper(run, value):
+        def timed(name, stage):
+            def wrapper(*args, **kwargs):
                 t = time.perf_counter()
                 try:
-                    return stage(run, value)
+                    return stage(*args, **kwargs)
                 finally:
-                    self.seconds[stage.__name__] = self.seconds.get(stage.__name__, 0.0) + time.perf_counter() - t
-            wrapper.__name__ = stage.__name__
+                    self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
             return wrapper
 
-        run_module.STAGES = tuple(timed(s) for s in original)
+        for name, stage in original.items():
+            setattr(stages, name, timed(name, stage))
         try:
             yield self
         finally:
-            run_module.STAGES = original
+            for name, stage in original.items():
+                setattr(stages, name, stage)
 
 
 def _in_process_judge(profile: cProfile.Profile, warm_up: list, record: dict):

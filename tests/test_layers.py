@@ -67,6 +67,18 @@ def test_grade_runs_its_stages_through_run_stages():
                                                   "export"]
 
 
+def test_the_benchmarks_stage_clock_times_every_stage_grade_runs(monkeypatch):
+    """benchmarks/grading_profile.py's breakdown wraps exactly the stages run_stages calls, and puts them back."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from grading_profile import _StageClock
+
+    before = stages_run()
+    assert list(_StageClock.NAMES) == [f.__name__ for f in before]
+    with _StageClock().installed():
+        assert all(getattr(stages, f.__name__) is not f for f in before)
+    assert stages_run() == before
+
+
 def test_the_documented_pipeline_is_the_one_that_runs():
     """docs/GRADING.md lists the stages in the order grade() runs them, each with the type of its
     result (the stage's return annotation) first in its row, and every file it names exists."""
