@@ -136,8 +136,9 @@ def two_grades_at_once(tmp: Path, wait: bool = True) -> tuple[dict, list[subproc
     return rows, done
 
 
-@pytest.mark.parametrize("repetition", range(2))
-def test_two_grade_runs_started_together_lose_and_swap_no_grade(tmp_path, repetition):
+def test_two_grade_runs_started_together_lose_and_swap_no_grade(tmp_path):
+    """Once with real kernels (the race itself is repeated without kernels, on both databases, by the
+    pairs test below, and 20 times with kernels by benchmarks/concurrent_grades.py)."""
     rows, done = two_grades_at_once(tmp_path)
     for proc in done:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
