@@ -118,6 +118,8 @@ def test_a_built_runtime_is_reused_and_a_stale_one_rebuilt(tmp_path, monkeypatch
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path))
     builds = []
     monkeypatch.setattr(colab_runtime, "_build_runtime", lambda snap, folder, spec, want: builds.append(folder))
+    compiled = []  # a runtime built, or found, without bytecode gets it (tests/test_colab.py checks it does)
+    monkeypatch.setattr(colab_runtime, "_compile", compiled.append)
     snap = snapshots()[0]
     colab_runtime.runtime_python(snap)  # nothing there: built
     (folder,) = builds
@@ -131,6 +133,7 @@ def test_a_built_runtime_is_reused_and_a_stale_one_rebuilt(tmp_path, monkeypatch
     (folder / "colab-spec.json").write_text(colab_runtime.json.dumps({**want, "recipe": -1}))
     colab_runtime.runtime_python(snap)
     assert builds == [folder, folder]
+    assert compiled == [folder] * 3
 
 
 def test_the_tier_runs_each_exercise_at_its_smallest_profile():
