@@ -199,18 +199,23 @@ def _is_built(folder: Path, want: dict) -> bool:
     return (folder / "bin" / "python").exists() and stamp.exists() and json.loads(stamp.read_text()) == want
 
 
+def _purelib(python: Path) -> str:
+    """The site-packages folder of the environment whose interpreter is ``python``."""
+    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _compile(folder: Path) -> None:
     """Bytecode for every module of the environment in ``folder``, as pip leaves each package it
     installs on Colab.  Runtimes built before pip compiled here (``--no-compile``) had none, and the
     machine's PYTHONDONTWRITEBYTECODE kept it so: every process of the tier (each kernel, grading
-    process and judge) compiled torch, transformers and datasets from source again, about twice the
-    CPU of the same import with bytecode.  Once per environment (``compiled`` marks it)."""
+    process and judge) compiled torch, transformers, datasets and peft from source again: 34 s to
+    import them here, 8 s with bytecode.  Once per environment (``compiled`` marks it)."""
     marker = folder / "compiled"
     if marker.exists():
         return
     python = folder / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = _purelib(python)
     # a few files of some packages (templates, test data for other Pythons) are not valid Python
     # and stay uncompiled, as pip leaves them: compileall's exit status is not asked
     subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", site], capture_output=True)
@@ -313,10 +318,7 @@ def _build_grader(snap: Snapshot, folder: Path, base: Path, want: dict) -> None:
     stamp = folder / "colab-spec.json"
     shutil.rmtree(folder, ignore_errors=True)
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(folder)], check=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    base_site = subprocess.run([str(base), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+    site, base_site = _purelib(python), _purelib(base)
     Path(site, "zz_colab_runtime.pth").write_text(f"import site; site.addsitedir({base_site!r})\n")
     if want["preinstalled"]:
         _pip(python, "install", "-q", "-c", str(_constraints(snap, base.parent.parent)),
