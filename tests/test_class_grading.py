@@ -6,6 +6,7 @@ what is wrong in one line.  The submissions are judged by the tests' fake backen
 from __future__ import annotations
 
 import csv
+import dataclasses
 import http.cookiejar
 import sys
 import threading
@@ -17,7 +18,8 @@ import nbformat
 import pytest
 
 from autograder.pipeline.run import grade
-from conftest import ROOT, filled_exercise, run
+from autograder.records import gradebook
+from conftest import ROOT, assert_gradebook_consistent, filled_exercise, run
 from fakebackend import FakeBackend, use_fake_backend
 
 EXERCISE = ROOT / "exercises" / "attention" / "attention.ipynb"
@@ -229,6 +231,31 @@ def test_a_submission_a_backend_returns_nothing_for_is_not_graded_and_says_why(t
     assert by_id["b"].status == "error" and "returned no result" in by_id["b"].message, report.table()
     rows = {r["student_id"]: r for r in csv.DictReader(open(report.csv_path))}
     assert "returned no result" in rows["b"]["reason"], rows["b"]
+
+
+class _WorkerDies(FakeBackend):
+    """A backend that grades each notebook, then reports it lost (its worker died twice, say)."""
+
+    def judge(self, batch):
+        return {sid: dataclasses.replace(outcome, graded=False, cause="grading failed: the worker died")
+                for sid, outcome in super().judge(batch).items()}
+
+
+def test_a_submission_that_cannot_be_graded_keeps_no_earlier_grade(tmp_path, monkeypatch):
+    """s1 is graded, then hands in again and that grading fails: the row says why, and the
+    earlier 30/30 does not stand for the new file."""
+    one = tmp_path / "one"
+    one.mkdir()
+    nbformat.write(filled_exercise("attention"), one / "s1_attention.ipynb")
+    grade("attention", one, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
+    assert {r["student_id"]: r["total"] for r in _rows(tmp_path / "out" / "grades.csv")} == {"s1": "30"}
+
+    use_fake_backend(monkeypatch, _WorkerDies())
+    report = grade("attention", one, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
+    row = {r["student_id"]: r for r in _rows(tmp_path / "out" / "grades.csv")}["s1"]
+    assert row["status"] != "graded" and row["total"] in ("", "0"), row
+    assert "the worker died" in report.by_student()["s1"].message
+    assert_gradebook_consistent(gradebook.db_url(tmp_path / "grading"), "attention", set())
 
 
 def test_the_summary_row_and_the_class_record_note_the_same(tmp_path):

@@ -1,12 +1,11 @@
 """Grading beyond one machine: a shared PostgreSQL gradebook and Dask workers give the same
 grades as local workers with SQLite; a worker that dies mid-run loses no submission; a worker
 with an empty cache builds the offline models before grading; the course's Dask settings are
-settings Dask has, and reach the workers; a submission that cannot be graded keeps no grade
-from an earlier run."""
+settings Dask has, and reach the workers. (A submission that cannot be graded keeps no grade
+from an earlier run: tests/test_class_grading.py, with the fake backend.)"""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import os
 import shutil
 import signal
@@ -19,7 +18,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.records import gradebook
 from autograder.pipeline.run import grade
 from pg import dump, free_port, postgres, postgres_server  # noqa: F401 - fixtures
 from conftest import (WRONG_SOFTMAX, ROOT, as_from_a_terminal, assert_gradebook_consistent, filled_exercise, read_nb, run,
@@ -317,31 +315,3 @@ def test_a_worker_with_an_empty_cache_builds_the_models_first(tmp_path):
                 built.update({w: (w.stat().st_ino, w.stat().st_mtime_ns) for w in weights})
             client.run(prepare_models, ["distilbert"], {})  # a second time: found in the cache
             assert {w: (w.stat().st_ino, w.stat().st_mtime_ns) for w in built} == built, "built again"
-
-
-# ----------------------------------------------------------------------------- regrading
-
-def test_a_submission_that_cannot_be_graded_keeps_no_earlier_grade(small_class, tmp_path, monkeypatch):
-    """s1 is graded, then hands in again and that grading fails (a worker died twice, say):
-    the row says why, and the earlier 30/30 does not stand for the new file."""
-    from autograder.backends.local import LocalBackend
-
-    one = tmp_path / "one"
-    one.mkdir()
-    shutil.copy(small_class / "s1_attention.ipynb", one)
-    grade("attention", one, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
-    assert _grades(tmp_path / "out" / "grades.csv")["s1"]["total"] == "30"
-
-    real = LocalBackend.judge
-
-    def failing(self, batch):
-        outcomes = real(self, batch)  # graded into the worker's gradebook, then reported as lost
-        return {sid: dataclasses.replace(outcome, graded=False, cause="grading failed: the worker died")
-                for sid, outcome in outcomes.items()}
-
-    monkeypatch.setattr(LocalBackend, "judge", failing)
-    report = grade("attention", one, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
-    row = _grades(tmp_path / "out" / "grades.csv")["s1"]
-    assert row["status"] != "graded" and row["total"] in ("", "0"), row
-    assert "the worker died" in report.by_student()["s1"].message
-    assert_gradebook_consistent(gradebook.db_url(tmp_path / "grading"), "attention", set())
