@@ -248,6 +248,35 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     assert again["source"] == "trained" and (folder / "model.pt").stat().st_size > 1000
 
 
+def test_a_model_being_trained_is_waited_for_not_trained_twice(tmp_path, monkeypatch):
+    """Two notebooks (or test workers) that need the same uncached model at once: the second
+    waits for the first one's training and reads its copy."""
+    import threading
+
+    monkeypatch.setattr(GT, "ag_news_corpus", lambda: CORPUS)
+    settings = G.TrainSettings(steps=4, batch_size=4, warmup=1, eval_every=2, eval_batches=1)
+    real, training, calls = GT.train_small_gpt, threading.Event(), []
+
+    def slow_training(*args, **kwargs):
+        calls.append(1)
+        training.set()
+        threading.Event().wait(1.5)  # the second caller arrives while this one trains
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(GT, "train_small_gpt", slow_training)
+    sources = {}
+
+    def need(name):
+        sources[name] = G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False)[2]["source"]
+
+    first = threading.Thread(target=need, args=("first",))
+    first.start()
+    assert training.wait(60)
+    need("second")
+    first.join()
+    assert sources == {"first": "trained", "second": "cache"} and len(calls) == 1, (sources, calls)
+
+
 def test_default_cache_dir_follows_course_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path))
     assert GT._cache_root() == tmp_path / "small-gpt"

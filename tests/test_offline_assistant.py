@@ -246,3 +246,39 @@ def test_exported_chat_model_loads_with_the_auto_classes(tmp_path):
     new = out[0, ids.shape[1]:].tolist()
     assert tok2.eos_token_id in new, "generation stops at <|end|>"
     assert tok2.decode(new, skip_special_tokens=True).strip() == A.answer(model, tok, messages[0]["content"], 40)
+
+
+def test_a_model_being_trained_elsewhere_is_waited_for(tmp_path, monkeypatch):
+    """The base and chat models are cached like the small GPT: a second process needing the
+    model while the first trains it waits, then reads the first one's copy."""
+    import threading
+
+    folder = tmp_path / "base-k"
+    monkeypatch.setattr(A, "_load", lambda f, device: ("model", "tok", {"history": {"read": 1}})
+                        if (f / "done").exists() else None)
+
+    def save(model, tok, f, meta):
+        f.mkdir()
+        (f / "done").touch()
+
+    monkeypatch.setattr(A, "_save", save)
+    training, trained = threading.Event(), []
+
+    class Model:
+        def to(self, device):
+            return self
+
+    def train():
+        trained.append(1)
+        training.set()
+        threading.Event().wait(1.0)  # the second caller arrives meanwhile
+        return Model(), "tok", {"trained": 1}
+
+    got = {}
+    first = threading.Thread(target=lambda: got.setdefault("first", A._cached(folder, "k", "cpu", False, False,
+                                                                              train, "model")[3]))
+    first.start()
+    assert training.wait(30)
+    got["second"] = A._cached(folder, "k", "cpu", False, False, train, "model")[3]
+    first.join()
+    assert got == {"first": "trained", "second": "cache"} and trained == [1], (got, trained)

@@ -1,9 +1,15 @@
 """Where the small GPT and its tokenizer are cached on disk, and how a file is written there."""
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock; two notebooks that train at once each train (as before)
+    fcntl = None
 
 from coursekit.models import course_cache_dir
 
@@ -24,3 +30,28 @@ def write_text_atomically(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def building(folder: Path):
+    """Hold the lock of the cache entry ``folder`` while it is looked up and, if missing, trained
+    and saved: a second process that needs the same model at the same time (two notebooks, two
+    test workers, the book's build beside a lab) waits for the first and then reads its copy
+    instead of training it again. A cache where no lock file can be made (read-only, as in a
+    grading sandbox) is used without one."""
+    handle = None
+    if fcntl is not None:
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(folder.parent / f".{folder.name}.lock", "a")
+        except OSError:
+            handle = None
+    if handle is None:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
