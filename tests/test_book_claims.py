@@ -745,6 +745,48 @@ def test_preference_page_compares_three_betas_at_least_a_decade_apart():
     assert betas[1] / betas[0] >= 10 and betas[2] / betas[1] >= 10, f"BETAS = {betas}: a decade or more apart"
 
 
+
+def test_preference_page_ranks_the_models_own_answers_and_concludes_only_what_they_show():
+    """The section on the chat model's own answers: the rule makes pairs only across its boundary, within one
+    prompt, with the answer that follows it preferred; the verdicts on the rates come from the intervals."""
+    nb = page(PREFERENCE)
+    text = prose(nb)
+    for name in ("p17_own_held_says", "p17_own_train_says", "p17_tiny_says"):
+        says(text, r"\{glue:text\}`" + name + "`")
+    A = __import__("coursekit.gpt.assistant", fromlist=["_"])
+    # the ranking rule: a finished answer of at most MAX_WORDS words is preferred to any other finished one
+    ns = {"MAX_WORDS": 4}
+    exec(compile(picked(source(nb, "p17-own-pairs"), {"follows_rule", "ranked_pairs"}), "<p17-own-pairs>", "exec"), ns)
+
+    def answer(prompt, text, finished=True):
+        return {"prompt": prompt, "text": text, "finished": finished}
+
+    short, long = answer("sports", "Late goal wins it"), answer("sports", "Late goal wins the cup final for the hosts")
+    cut_off = answer("sports", "Cup", finished=False)  # short, but cut off: it does not count as following the rule
+    assert ns["follows_rule"](short) and not ns["follows_rule"](long) and not ns["follows_rule"](cut_off)
+    other = answer("business", "Stocks fall again today, traders say")
+    pairs = ns["ranked_pairs"]([long, short, cut_off, other])
+    assert pairs == [(short, long)], pairs  # the short answer preferred; no cut-off answer, no pair across prompts
+    assert ns["ranked_pairs"]([short, answer("sports", "Goal")]) == []  # both follow the rule: no pair
+    assert ns["ranked_pairs"]([short, long], rule=lambda a: ns["follows_rule"](a, 10)) == []  # both within 10 words
+    # the verdict on a rate: improved or worse only when the 95% Wilson intervals miss each other
+    verdicts = picked(source(nb, "p17-own-run"), {"change", "rule_says"})
+    rule_says = lambda before, after: run(verdicts + "\nglue('v', rule_says(b, a))", A=A, b=before, a=after)[0]["v"]  # noqa: E731
+    assert rule_says((20, 96), (70, 96)).startswith("improved")
+    assert rule_says((70, 96), (20, 96)).startswith("worse")
+    assert rule_says((30, 96), (38, 96)).startswith("no evidence")
+    assert rule_says((2, 10), (6, 10)).startswith("no evidence")  # a large change on few answers is not enough
+    # the loophole (answers of one word or none) is said to have grown only when its intervals miss each other
+    tiny = picked(source(nb, "p17-own-run"), {"change", "p17_tiny_says"})
+    tiny_says = lambda before, after: run(tiny, A=A, tiny_before=before, tiny_after=after)[0]["p17_tiny_says"]  # noqa: E731
+    assert tiny_says((2, 384), (80, 384)).startswith("more than the uncertainty allows")
+    assert tiny_says((2, 384), (5, 384)).startswith("within the uncertainty")
+    assert tiny_says((80, 384), (2, 384)).startswith("and the intervals do not overlap")
+    # the section presents these pairs as teaching the chat model something, so the run must show it
+    claims = [ast.unparse(node.args[0]) for node in ast.walk(ast.parse(source(nb, "p17-own-run")))
+              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check_claim"]
+    assert any("held" in claim and "'up'" in claim for claim in claims), claims
+
 # The pages whose experiments take longest (issue 36): the Colab tier runs them at COURSE_PROFILE=smoke
 HEAVY_PAGES = ["05_encoder_decoder", "06_bert", "07_gpt", "09_lora", "11_positions", "14_scaling", "16_instruction_tuning", "17_preference_tuning"]
 SIZE_NAMES = {"SCALE", "round", "min", "max"}
