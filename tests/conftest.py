@@ -221,6 +221,21 @@ def pytest_configure(config):
     register(config)
     _pin_worker()
     os.environ[RELEASES] = tempfile.mkdtemp(prefix="course-test-releases-")
+    _release_once_per_session()
+
+
+def _release_once_per_session() -> None:
+    """Every grading run in this process releases an assignment into a fresh grading folder by
+    copying a release the real code made once this session (tests/fakebackend.py's
+    ``release_once``; `nbgrader generate_assignment` costs about 2 s of CPU a run, and the suite
+    grades well over a hundred times). That the copy holds all the real release writes, byte for
+    byte: tests/test_class_grading.py; a second run into a folder, a changed source, a command in a
+    child process and tests/test_release.py use the real release itself."""
+    import autograder.pipeline.stages as stages
+    from fakebackend import release_once
+
+    if not hasattr(stages.release, "real"):
+        stages.release = release_once(stages.release)
 
 
 def pytest_unconfigure(config):

@@ -167,8 +167,9 @@ def release_once(real):
     fresh grading folder (no gradebook yet) is made once per test session with ``real``, into a
     folder of its own, and copied from there after (the gradebook file and the release/ folder,
     all that ``real`` writes there), saving `nbgrader generate_assignment` (5-8 s a run); anything
-    else is ``real`` itself.  The real release runs in every test of the other tiers, and in the
-    fast tier's first run of each assignment."""
+    else is ``real`` itself.  tests/conftest.py puts it in place for every run of the test session
+    (real gradings too); the real release runs in the first run of each assignment and where this
+    falls back to it."""
     def release(names, out_dir=None, grading_dir=None, root=None, checks_dir=None):
         kept = os.environ.get(RELEASES)  # this session's folder (tests/conftest.py); children inherit it
         grading = Path(grading_dir) if grading_dir is not None else None
