@@ -82,7 +82,7 @@ def aether(tmp_path_factory, db):
     nbformat.write(first, subs / "s1_project_aether.ipynb")
     (subs / "s2_project_aether.ipynb").write_bytes(AETHER.read_bytes())
     grading, out = tmp / "grading", tmp / "out"
-    grade("project_aether", subs, out_dir=out, grading_dir=grading, workers=2,
+    grade("project_aether", subs, out_dir=out, grading_dir=grading, workers=1,
           db_url=db.args()[1] if db.postgresql else None)
     server = make_server(HandGrading("project_aether", grading, ROOT), port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
