@@ -277,6 +277,22 @@ def test_a_model_being_trained_is_waited_for_not_trained_twice(tmp_path, monkeyp
     assert sources == {"first": "trained", "second": "cache"} and len(calls) == 1, (sources, calls)
 
 
+def test_a_cache_whose_file_system_has_no_locks_still_trains_and_caches(tmp_path, monkeypatch):
+    """flock can fail on some network mounts (ENOLCK): the model is trained and cached unlocked."""
+    import errno
+
+    from coursekit.gpt import _cache
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(_cache.fcntl, "flock", no_locks)
+    monkeypatch.setattr(GT, "ag_news_corpus", lambda: CORPUS)
+    settings = G.TrainSettings(steps=2, batch_size=4, warmup=1, eval_every=2, eval_batches=1)
+    assert G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False)[2]["source"] == "trained"
+    assert G.load_or_train_small_gpt(TINY, settings, cache_dir=tmp_path, verbose=False)[2]["source"] == "cache"
+
+
 def test_default_cache_dir_follows_course_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path))
     assert GT._cache_root() == tmp_path / "small-gpt"

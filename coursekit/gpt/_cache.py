@@ -50,7 +50,11 @@ def building(folder: Path):
         yield
         return
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (some network mounts): go on unlocked
+            yield
+            return
         try:
             yield
         finally:
