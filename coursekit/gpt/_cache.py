@@ -1,7 +1,6 @@
 """Where the small GPT and its tokenizer are cached on disk, and how a file is written there."""
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -32,30 +31,37 @@ def write_text_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-@contextlib.contextmanager
-def building(folder: Path):
-    """Hold the lock of the cache entry ``folder`` while it is looked up and, if missing, trained
-    and saved: a second process that needs the same model at the same time (two notebooks, two
-    test workers, the book's build beside a lab) waits for the first and then reads its copy
-    instead of training it again. A cache where no lock file can be made (read-only, as in a
-    grading sandbox) is used without one."""
-    handle = None
-    if fcntl is not None:
-        try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(folder.parent / f".{folder.name}.lock", "a")
-        except OSError:
-            handle = None
-    if handle is None:
-        yield
-        return
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError:  # a file system without locks (some network mounts): go on unlocked
-            yield
-            return
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _lock(folder: Path):
+    """The open lock file of the cache entry ``folder``, locked; None where no lock can be had
+    (Windows, a read-only cache as in a grading sandbox, a file system without locks)."""
+    if fcntl is None:
+        return None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(folder.parent / f".{folder.name}.lock", "a")
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # waits while another process builds this entry
+    except OSError:  # e.g. some network mounts: go on unlocked
+        handle.close()
+        return None
+    return handle
+
+
+def load_or_build(folder: Path, load, build, retrain: bool = False):
+    """``(load(), "cache")`` when the cache entry ``folder`` holds a model, else ``(build(),
+    "trained")``: ``build`` trains and saves it. A second process that needs the same entry
+    meanwhile (two notebooks, two test workers, the book's build beside a lab) waits for the
+    first one's ``build`` under the entry's lock and then loads its copy instead of training
+    it again; where no lock can be had, each builds, as before."""
+    found = None if retrain else load()
+    if found is not None:
+        return found, "cache"
+    handle = _lock(folder)
+    try:
+        found = None if retrain else load()
+        return (found, "cache") if found is not None else (build(), "trained")
+    finally:
+        if handle is not None:
+            handle.close()  # closing the file releases the lock

@@ -40,7 +40,7 @@ import torch
 from coursekit.data import load_small_ag_news
 from coursekit.models import _quiet
 
-from ._cache import CODE_VERSION, building, cache_root
+from ._cache import CODE_VERSION, cache_root, load_or_build
 from .tokenizer import BPETokenizer
 from .train import ag_news_corpus, cpu_threads, get_batch
 
@@ -415,20 +415,17 @@ def _describe(what, model, config, history, source) -> str:
 def _cached(folder: Path, key: str, device, retrain: bool, verbose: bool, train, what: str):
     """``(model, tokenizer, history, source)``: from ``folder`` when a model was cached there
     (unless ``retrain``), else from ``train()``, then cached; a read-only cache leaves it uncached."""
-    loaded = None if retrain else _load(folder, device)
-    if loaded is None:
-        with building(folder):  # another process may be training it: wait, then read its copy
-            loaded = None if retrain else _load(folder, device)
-            if loaded is None:
-                model, tok, history = train()
-                try:
-                    _save(model, tok, folder, {"key": key, "history": history})
-                except OSError as err:  # e.g. the read-only cache of a grading sandbox
-                    if verbose:
-                        print(f"(the {what} was not cached: {err})")
-                return model.to(device), tok, history, "trained"
-    model, tok, meta = loaded
-    return model, tok, meta["history"], "cache"
+    def build():
+        model, tok, history = train()
+        try:
+            _save(model, tok, folder, {"key": key, "history": history})
+        except OSError as err:  # e.g. the read-only cache of a grading sandbox
+            if verbose:
+                print(f"(the {what} was not cached: {err})")
+        return model.to(device), tok, {"history": history}
+
+    (model, tok, meta), source = load_or_build(folder, lambda: _load(folder, device), build, retrain)
+    return model, tok, meta["history"], source
 
 
 def load_or_train_base(device=None, verbose=True, retrain=False, config: AssistantConfig | None = None,

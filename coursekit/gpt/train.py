@@ -29,7 +29,7 @@ import torch
 
 from coursekit.data import load_small_ag_news
 
-from ._cache import CODE_VERSION, building, cache_root
+from ._cache import CODE_VERSION, cache_root, load_or_build
 from .model import GPT, SMALL_GPT_CONFIG, GPTConfig
 from .tokenizer import BPETokenizer
 
@@ -292,22 +292,20 @@ def load_or_train_small_gpt(config: GPTConfig | None = None, settings: TrainSett
     corpus = ag_news_corpus()
     key = cache_key(config, settings, corpus)
     folder = _cache_root(cache_dir) / key
-    result = None if retrain else _load(folder, device)
-    source = "cache"
-    if result is None:
-        with building(folder):  # another process may be training it: wait, then read its copy
-            result = None if retrain else _load(folder, device)
-            if result is None:
-                source = "trained"
-                if verbose:
-                    print(f"training the small GPT ({settings.steps} steps; cached afterwards in {folder})")
-                result = train_small_gpt(config, settings, corpus, device=device,
-                                         log=print if verbose else None, log_every=log_every)
-                try:
-                    _save(result, folder, {"key": key, "version": CODE_VERSION})
-                except OSError as err:  # e.g. the read-only cache of a grading sandbox: use it uncached
-                    if verbose:
-                        print(f"(the trained model was not cached: {err})")
+
+    def build():
+        if verbose:
+            print(f"training the small GPT ({settings.steps} steps; cached afterwards in {folder})")
+        trained = train_small_gpt(config, settings, corpus, device=device,
+                                  log=print if verbose else None, log_every=log_every)
+        try:
+            _save(trained, folder, {"key": key, "version": CODE_VERSION})
+        except OSError as err:  # e.g. the read-only cache of a grading sandbox: use it uncached
+            if verbose:
+                print(f"(the trained model was not cached: {err})")
+        return trained
+
+    result, source = load_or_build(folder, lambda: _load(folder, device), build, retrain)
     model = result.model
     c = model.config
     description = (f"small GPT from coursekit.gpt ({source}): {c.n_layer} layers, {c.n_head} heads, "
