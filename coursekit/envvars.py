@@ -88,6 +88,8 @@ VARIABLES: tuple[Variable, ...] = (
              "the AG News pool the data subsets are drawn from"),
     Variable("COURSE_STRESS_PAIRS", TOOLS, ("tests/test_record_writer.py",),
              "concurrent grade pairs per database in the writer-lock test"),
+    Variable("COURSE_SCREENSHOTS", TOOLS, ("tests/test_book_browser.py",),
+             "`1`/`0`: the browser test writes (or not) each page's screenshots; default: written, not under CI"),
     Variable("COURSE_AXE_JS", TOOLS, ("tests/test_book_browser.py",), "another copy of axe-core's axe.min.js"),
     Variable("COURSE_PLANTED", TOOLS, ("tests/test_isolation.py",),
              "planted by one submission's kernel: the next kernel must not see it"),
