@@ -168,7 +168,7 @@ def _in_process_judge(profile: cProfile.Profile, warm_up: list, record: dict):
             for name, sids, prof in (("warm", warm_up, None), ("measured", sorted(set(batch.notebooks) - set(warm_up)),
                                                                 profile)):
                 job = Job.prepare(batch.folder / name, batch.assignment, batch.nb_name,
-                                  {s: nbformat.writes(batch.notebooks[s]) for s in sids}, batch.gradebook,
+                                  {s: batch.notebooks[s].text() for s in sids}, batch.gradebook,
                                   batch.settings, threads=1, scratch=scratch, late=batch.late & set(sids))
                 with environ(job.env()):
                     tempfile.tempdir = None

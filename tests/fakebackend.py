@@ -82,7 +82,7 @@ class FakeBackend:
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nbgrader's add_submission: SQLAlchemy's autoflush notes
             for sid in sorted(batch.notebooks):
-                nb = batch.notebooks[sid]
+                nb = batch.notebooks[sid].load()
                 text = "\n".join(cell.source for cell in nb.cells)
                 cause = next((why for marker, why in self.fail.items() if marker in text), None)
                 if cause is not None:

@@ -296,3 +296,23 @@ def test_a_faked_runs_copied_release_holds_all_a_release_writes(tmp_path, monkey
     made = files(template)  # what the real release wrote into a fresh folder
     assert "gradebook.db" in made and "release/project_aether/project_aether.ipynb" in made
     assert files(tmp_path / "first") == made and files(tmp_path / "second") == made
+
+
+def test_the_notebooks_wait_for_the_judge_compressed(tmp_path, fake_backend):
+    """Each notebook read waits for its turn compressed (the grader does not grow by a parsed
+    notebook per student: benchmarks/grading_scale.py), and the judge gets it back whole."""
+    from autograder.text.packed import PackedNotebook
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    full = filled_exercise("attention")
+    for sid in ("s1", "s2"):
+        nbformat.write(full, subs / f"{sid}_attention.ipynb")
+    grade("attention", subs, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
+    (batch,) = fake_backend.batches
+    assert sorted(batch.notebooks) == ["s1", "s2"]
+    for packed in batch.notebooks.values():
+        assert isinstance(packed, PackedNotebook), type(packed)
+        assert packed.size * 3 < len(packed.text().encode()), packed  # compressed, not the text
+        assert [c.source for c in packed.load().cells] == [c.source for c in full.cells]
+        assert nbformat.reads(packed.text(), as_version=4) == packed.load()

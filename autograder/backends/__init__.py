@@ -32,7 +32,7 @@ class Batch:
 
     assignment: str
     nb_name: str
-    notebooks: dict            # student id -> the repaired notebook (nbformat)
+    notebooks: dict            # student id -> the repaired notebook (a PackedNotebook: .text() is its JSON)
     gradebook: Path            # a SQLite gradebook holding the release (the workers start from a copy)
     settings: GradingSettings  # the run's, with where kernels run already checked
     folder: Path               # the run's private folder: the workers' folders go here

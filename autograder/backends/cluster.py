@@ -40,7 +40,6 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import nbformat
 import yaml
 from coursekit.models import course_cache_dir
 
@@ -264,7 +263,7 @@ class DaskBackend:
             futures = {}
 
             def submit(students: list[str]):
-                task = TaskSpec(batch.assignment, students, [nbformat.writes(batch.notebooks[sid]) for sid in students],
+                task = TaskSpec(batch.assignment, students, [batch.notebooks[sid].text() for sid in students],
                                 batch.nb_name, release_db, settings, sorted(batch.late & set(students)))
                 key = f"grade-{batch.assignment}-{students[0]}-n{len(students)}-{os.getpid()}-{id(batch)}"
                 future = client.submit(grade_batch, task, key=key, pure=False, retries=1)

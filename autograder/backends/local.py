@@ -30,7 +30,6 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-import nbformat
 from coursekit.models import course_cache_dir
 
 from autograder.course.paths import nbgrader_env
@@ -262,7 +261,7 @@ class LocalBackend:
             # the kernels' scratch folder belongs to the process: the spare kernel it launches
             # at the end of one batch serves the first submission of its next one
             return Job.prepare(batch.folder / "workers" / name, batch.assignment, batch.nb_name,
-                               {sid: nbformat.writes(batch.notebooks[sid]) for sid in share}, batch.gradebook,
+                               {sid: batch.notebooks[sid].text() for sid in share}, batch.gradebook,
                                batch.settings, threads, late=batch.late & set(share),
                                scratch=batch.folder / "workers" / f"kernels{k}")
 

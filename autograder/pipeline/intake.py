@@ -22,6 +22,7 @@ from typing import Mapping
 import nbformat
 
 from autograder.text.outputs import output_text, text_of
+from autograder.text.packed import PackedNotebook
 
 MAX_NOTEBOOK_BYTES = 64 << 20  # a notebook larger than this is not read
 MAX_CELLS = 10_000             # nor one with more cells (the assignments have under 100)
@@ -41,7 +42,7 @@ class Submission:
 
     student_id: str
     file: str
-    nb: nbformat.NotebookNode | None = None
+    nb: PackedNotebook | None = None                 # the repaired notebook, compressed (.load(), .text())
     error: str | None = None
     notes: tuple[str, ...] = ()                       # repairs (for the instructor)
     flags: tuple[str, ...] = ()                       # suspicious code (for the instructor)

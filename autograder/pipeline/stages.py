@@ -32,6 +32,7 @@ from autograder.records.classbook import NO_ANSWER
 from autograder.records.files import FileChanges, disk_line, replacing
 from autograder.text import csvsafe
 from autograder.text.outputs import HANDED_IN_FILE, write_handed_in
+from autograder.text.packed import PackedNotebook
 
 from . import tamper
 from .chain import (Ahead, Collected, Committed, Judged, Prepared, Release, RunContext, Screened, Submissions,
@@ -175,7 +176,8 @@ def _read_one(path: Path, sid: str, e: Entry, rel: Release, shown: set) -> Submi
         error = str(exc)
     except Exception as exc:  # noqa: BLE001 - one file never stops the class
         error = f"could not read {path.name}: {type(exc).__name__}: {exc}"[:300]
-    return Submission(sid, path.name, nb=nb, error=error, notes=notes, flags=flags, late=e.late,
+    packed = PackedNotebook(nb) if nb is not None else None  # it waits for the judge compressed
+    return Submission(sid, path.name, nb=packed, error=error, notes=notes, flags=flags, late=e.late,
                       lms={"lms_id": e.lms_id, "name": e.name}, source=e.source, grade_ids=grade_ids,
                       remarks=remarks, handed_in=handed_in)
 
