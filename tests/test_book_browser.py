@@ -328,11 +328,11 @@ def test_page_in_the_browser(browser, page):
     if SCREENSHOTS:
         (SHOTS / f"{page.stem}.png").write_bytes(_whole_page_png(tools, session, report["height"]))
     legible = {w: _legibility(tools, session, w) for w in (WIDTH, PHONE)}
-    tools.send("Emulation.clearDeviceMetricsOverride", session=session)  # the next page opens at full width
-    if SCREENSHOTS:
+    if SCREENSHOTS:  # the page's height as laid out at the phone's width, where the legibility check left it
         phone_height = tools.send("Runtime.evaluate", {"expression": "document.documentElement.scrollHeight",
                                                        "returnByValue": True}, session=session)["result"]["value"]
         (SHOTS / f"{page.stem}-{PHONE}.png").write_bytes(_whole_page_png(tools, session, phone_height, PHONE))
+    tools.send("Emulation.clearDeviceMetricsOverride", session=session)  # the next page opens at full width
 
     time.sleep(0.2)  # let late console messages arrive
     tools.send("Runtime.evaluate", {"expression": "1"}, session=session)

@@ -22,7 +22,8 @@ class PackedNotebook:
     __slots__ = ("_data",)
 
     def __init__(self, nb: nbformat.NotebookNode):
-        # level 1: four times smaller than the text, at a small fraction of the time writing it takes
+        # level 1: ~3.5 times smaller than the text (attention: 56 KB -> 16 KB), in ~0.4 ms, a fifth of
+        # what writing the text takes
         self._data = zlib.compress(nbformat.writes(nb).encode("utf-8"), 1)
 
     def text(self) -> str:
