@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -343,6 +344,43 @@ def _pin_worker() -> None:
     cpus, n = sorted(os.sched_getaffinity(0)), int(count)
     if len(cpus) >= n:
         os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) % n::n])
+
+
+# ---------------------------------------------------------------- where the suite's time goes
+# `--cpu-log FILE`: each test (setup, call and teardown) appends a line to FILE: its node id, wall
+# seconds, the CPU seconds spent meanwhile on the CPUs this process may run on, the xdist worker
+# and how many CPUs that is.  A worker is pinned to its own CPU (_pin_worker), and everything a
+# test starts (kernels, grading processes, servers) inherits that, so the CPU figure is the test's
+# own, and wall minus CPU is the time its CPU idled.  benchmarks/suite_profile.py sums it up.
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-log", metavar="FILE", default=None,
+                     help="append each test's wall and CPU seconds to FILE (benchmarks/suite_profile.py)")
+
+
+def busy_seconds(cpus, stat: str | None = None) -> float:
+    """CPU seconds the CPUs ``cpus`` have been busy since boot (/proc/stat: all but idle and iowait)."""
+    busy = 0
+    for line in (stat if stat is not None else Path("/proc/stat").read_text()).splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            ticks = [int(f) for f in fields]
+            busy += sum(ticks) - ticks[3] - ticks[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    log = item.config.getoption("cpu_log", None)
+    if not log or not Path("/proc/stat").exists():
+        yield
+        return
+    cpus = os.sched_getaffinity(0)
+    start, busy = time.monotonic(), busy_seconds(cpus)
+    yield
+    wall, cpu = time.monotonic() - start, busy_seconds(cpus) - busy
+    with open(log, "a") as fh:  # one short line per write: the workers' lines do not mix
+        fh.write(f"{item.nodeid}\t{wall:.2f}\t{cpu:.2f}\t{os.environ.get('PYTEST_XDIST_WORKER', '-')}\t{len(cpus)}\n")
 
 
 @pytest.hookimpl(optionalhook=True)
