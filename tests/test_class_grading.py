@@ -298,6 +298,26 @@ def test_a_faked_runs_copied_release_holds_all_a_release_writes(tmp_path, monkey
     assert files(tmp_path / "first") == made and files(tmp_path / "second") == made
 
 
+def test_the_stages_after_the_judge_hold_no_notebook(tmp_path, fake_backend, monkeypatch):
+    """Once judged, the class's notebooks are let go: commit and export are given the submissions
+    without them (the grader does not hold a notebook per student to the end of the run)."""
+    from autograder.pipeline import stages
+
+    given = []
+    commit = stages.commit
+    monkeypatch.setattr(stages, "commit", lambda ctx, judged: given.append(judged) or commit(ctx, judged))
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for sid in ("s1", "s2"):
+        nbformat.write(filled_exercise("attention"), subs / f"{sid}_attention.ipynb")
+    report = grade("attention", subs, out_dir=tmp_path / "out", grading_dir=tmp_path / "grading", workers=1)
+    (judged,) = given
+    assert [s.student_id for s in judged.submissions] == ["s1", "s2"]
+    assert [s.nb for s in judged.submissions] == [None, None]
+    assert sorted(fake_backend.batches[0].notebooks) == ["s1", "s2"]  # the judge had them
+    assert {r.student_id: r.status for r in report.results} == {"s1": "graded", "s2": "graded"}, report.table()
+
+
 def test_the_notebooks_wait_for_the_judge_compressed(tmp_path, fake_backend):
     """Each notebook read waits for its turn compressed (the grader does not grow by a parsed
     notebook per student: benchmarks/grading_scale.py), and the judge gets it back whole."""

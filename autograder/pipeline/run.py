@@ -96,6 +96,7 @@ def run_stages(ctx: RunContext) -> Report:
         screened = stages.screen(ctx, read)
         prepared = stages.prepare(ctx, screened)
         judged = stages.judge(ctx, prepared)
+        del collected, read, screened, prepared  # and the class's notebooks with them: only the judge reads them
     except OSError as exc:  # a full disk: one line
         raise GradingError(disk_line(exc, ctx.paths.root, stages.NOTHING_REACHED)) from None
     # the record's transaction and the files it names move together: a Ctrl-C then waits until

@@ -289,7 +289,10 @@ def judge(ctx: RunContext, prepared: Prepared) -> Judged:
         for sid in sorted(set(queue) - set(outcomes)):  # a backend's fault: told, never left blank
             outcomes[sid] = Outcome(sid, False, cause="not graded: the grading backend returned no result for "
                                     "this notebook (grade again; report it if it happens again)")
-    return extend(Judged, prepared, outcomes=MappingProxyType(dict(outcomes)))
+    # the notebooks were read for the judge alone (commit and export read the release's): the
+    # results after it carry none, so a class's notebooks are not held to the end of the run
+    submissions = tuple(replace(s, nb=None) if s.nb is not None else s for s in prepared.submissions)
+    return extend(Judged, prepared, submissions=submissions, outcomes=MappingProxyType(dict(outcomes)))
 
 
 # ----------------------------------------------------------------------------- 6. commit
