@@ -8,14 +8,20 @@ seconds per submission, the grader's own peak RSS, the largest RSS of any other 
 the largest sum over all of them at one moment.  Flat cost and flat memory are the goal
 (issue "Grading near its floor").
 
-    python benchmarks/grading_scale.py [--n 40 200 1000] [--quick] [--workers 2] [--repeat 2]
+    python benchmarks/grading_scale.py [--n 40 200 1000] [--quick] [--workers 2] [--repeat 2] [--fake]
 
-``--quick``: n = 20 and 60.  Figures depend on the machine's load: run ``uptime`` beside them.
+``--quick``: n = 20 and 60.  ``--fake``: the grader alone, every size in a fresh process, the
+judge replaced by the tests' kernel-free fake (tests/fakebackend.py): whether the grader's own
+time and memory per submission stay flat as the class grows, in minutes instead of hours (the
+kernels' side is per submission by design: a fresh kernel each).  Figures depend on the machine's
+load: run ``uptime`` beside them.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import resource
 import sys
 import tempfile
@@ -109,6 +115,22 @@ def measure(n: int, workers: int, sandbox: str) -> tuple[float, MemorySampler, b
         return seconds / n, mem, graded == n
 
 
+def measure_fake(n: int, workers: int) -> dict:
+    """``n`` submissions judged by the fake backend in a fresh process: s/submission and that
+    process's peak RSS (a process of its own, so an earlier size's heap does not count)."""
+    probe = ("import json, resource, sys; sys.path[:0] = sys.argv[3:]; import fakebackend\n"
+             "class Forgetful(fakebackend.FakeBackend):  # the tests' fake keeps every batch; a grader does not\n"
+             "    def judge(self, batch):\n        out = super().judge(batch); self.batches.clear(); return out\n"
+             "fakebackend.install(None, Forgetful()); "
+             "import grading_scale as g; per, mem, ok = g.measure(int(sys.argv[1]), int(sys.argv[2]), 'off'); "
+             "print(json.dumps({'per': per, 'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'ok': ok}))")
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "COURSE_TEST_RELEASES": os.environ.get("COURSE_TEST_RELEASES") or tempfile.mkdtemp()}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe, str(n), str(workers), str(here),
+                          str(ROOT / "tests"), str(ROOT)], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=[40, 200, 1000])
@@ -116,8 +138,18 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2, help="measurements per n")
     ap.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--fake", action="store_true", help="the grader alone: a kernel-free fake judge")
     args = ap.parse_args()
     sizes = [20, 60] if args.quick else args.n
+    if args.fake:
+        print(f"the grader alone (fake judge), each size in a fresh process; workers: {args.workers}")
+        print(f"{'n':>6}{'run':>5}{'s/submission':>14}{'grader peak RSS MB':>20}{'all graded':>12}{'load':>7}")
+        for n in sizes:
+            for k in range(args.repeat):
+                r = measure_fake(n, args.workers)
+                print(f"{n:>6}{k + 1:>5}{r['per']:14.4f}{r['rss'] / 1024:20.0f}{str(r['ok']):>12}"
+                      f"{os.getloadavg()[0]:7.2f}", flush=True)
+        return
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(1, 5, 15 min); cpus: {os.cpu_count()}; workers: {args.workers}")
     print(f"{'n':>6}{'run':>5}{'s/submission':>14}{'grader MB':>11}{'largest other MB':>18}{'all MB':>9}"
