@@ -6,7 +6,8 @@ train with the defaults, and what they can do.
 Prints the training time of each stage (from a fresh cache unless the models are cached:
 ``--retrain`` forces training), the held-out perplexity of both models on the AG News test
 articles, the chat model's topic accuracy on the held-out topic questions against 25 %
-chance with a 95 % Wilson interval, and three sample answers.
+chance with a 95 % Wilson interval, the share of real words the base model writes
+(``word_share``), and three sample answers.
 """
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ def main(argv=None) -> int:
 ]
     for prompt in prompts:
         print(f"chat> {prompt}\n   -> {A.answer(chat, tok, prompt, max_new_tokens=32)}")
+    words = A.word_share(base, tok)
+    print(f"base model writes words: {words['known']}/{words['words']} = {words['share']:.1%} of the words it writes "
+          f"are words of the AG News text (continuations of {len(words['samples'])} held-out article starts)")
     for text in ("Oil prices", "The president said"):
         print(f"base continues {text!r}: {text + A.continue_text(base, tok, text, max_new_tokens=32, temperature=0.8)!r}")
     return 0

@@ -554,6 +554,70 @@ def test_the_lora_formula_counts_what_peft_trains(heads, kv_heads, r):
         model = LlamaForCausalLM(config)
     lora = get_peft_model(model, LoraConfig(**{**names["LORA"], "r": r}))
     assert lora.get_nb_trainable_parameters()[0] == names["lora_parameters"](config, r=r)
+
+
+class _Bigram(torch.nn.Module):
+    """A stand-in language model whose logits depend on the current token only."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, vocab)
+
+    def forward(self, input_ids, attention_mask=None):
+        return type("Out", (), {"logits": self.emb(input_ids)})()
+
+
+def test_instruction_page_checks_the_held_out_answer_loss_and_reads_the_accuracy_from_its_intervals():
+    """Page 16's SFT experiment (issue 37): the claim it checks is the held-out answer loss of the two runs,
+    compared question by question; what it says of their greedy accuracy is a verdict chosen from the Wilson
+    intervals, since at the page's budget both runs may sit at chance."""
+    nb = page("16_instruction_tuning.ipynb")
+    text = prose(nb)
+    for name in ("it_loss_answer", "it_loss_all", "it_gap", "it_gap_lo", "it_gap_hi", "it_acc_says", "it_top_answer",
+                 "it_top_all"):
+        says(text, r"\{glue:text\}`" + name + "`")
+    never_says(text, "intervals apart")  # the accuracy claim of the 1,024-piece model, which no longer holds
+    code = source(nb, "p16-sft")
+    claims = [ast.unparse(node.args[0]) for node in ast.walk(ast.parse(code))
+              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check_claim"]
+    assert claims[-1] == "gap_lo > 0", claims  # the paired interval of (all-token - answer-only) loss, above zero
+    assert len(claims) == 2 and "loss_interval'][1] < results['base model']['loss_interval'][0]" in claims[0], \
+        claims  # and either run below the base model, intervals apart
+    A = __import__("coursekit.gpt.assistant", fromlist=["_"])
+    tok = A.make_tokenizer()
+    ns = {"torch": torch, "A": A, "tok": tok}
+    exec(compile(picked(code, {"answer_loss", "bootstrap", "versus_chance", "accuracy_says"}), "<p16-sft>", "exec"), ns)
+    # the bootstrap: a percentile interval of the mean, about as wide as the normal one on 100 values
+    assert ns["bootstrap"](torch.full((50,), 2.5)) == pytest.approx((2.5, 2.5))
+    values = torch.arange(100.0)
+    lo, hi = ns["bootstrap"](values)
+    assert lo < values.mean().item() < hi
+    assert (hi - lo) / 2 == pytest.approx(1.96 * values.std().item() / 10, rel=0.15)
+    # the answer loss: the mean negative log-likelihood of the answer's tokens (topic and <|end|>) only,
+    # the same with or without padding in the batch
+    pairs = [next(p for p in A.instruction_pairs("test") if p["task"] == "topic" and p["label"] == label)
+             for label in ("Sci/Tech", "World")]
+    torch.manual_seed(0)
+    model = _Bigram(len(tok))
+    by_hand = []
+    for p in pairs:
+        e = A.encode_chat(tok, p["messages"], 128)
+        with torch.no_grad():
+            logp = torch.log_softmax(model.emb(torch.tensor(e["input_ids"])), -1)
+        counted = [t for t, label in enumerate(e["labels"]) if label != -100]
+        assert tok.decode([e["input_ids"][t] for t in counted]).strip() == p["label"] + "<|end|>"
+        by_hand.append(-sum(logp[t - 1, e["input_ids"][t]].item() for t in counted) / len(counted))
+    for size in (1, 2):
+        assert torch.allclose(ns["answer_loss"](model, pairs, size=size), torch.tensor(by_hand), atol=1e-5)
+    # the verdict on the greedy answers: from the Wilson intervals against the 25% of a guess
+    run_ = lambda lo, hi: {"interval": (lo, hi), "chance": 0.25}  # noqa: E731
+    assert ns["accuracy_says"](run_(0.16, 0.32), run_(0.17, 0.33)).startswith("neither run tells the topics apart")
+    says_ = ns["accuracy_says"](run_(0.40, 0.60), run_(0.17, 0.33))
+    assert "answer-only run's accuracy is above chance and the all-token run's at chance" in says_
+    assert says_.endswith("do not overlap")
+    says_ = ns["accuracy_says"](run_(0.16, 0.32), run_(0.0, 0.04))
+    assert "is at chance and the all-token run's below chance" in says_ and says_.endswith("do not overlap")
+    assert ns["accuracy_says"](run_(0.26, 0.45), run_(0.17, 0.33)).endswith("intervals overlap")
 # ------------------------------------------------------------------ Part VII: quantisation and evaluation
 QUANTISATION, EVALUATION, SCALE_ARITHMETIC = "18_quantisation.ipynb", "19_evaluation.ipynb", "10_scale_arithmetic.ipynb"
 

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -50,7 +51,7 @@ from .train import ag_news_corpus, cpu_threads, get_batch
 __all__ = ["AssistantConfig", "BaseSettings", "ChatSettings", "TOPICS", "TASKS", "CHAT_TEMPLATE",
            "SPECIAL_TOKENS", "make_tokenizer", "instruction_pairs", "encode_chat", "load_or_train_base",
            "load_or_train_chat", "answer", "continue_text", "headline_of", "heldout_perplexity", "topic_accuracy",
-           "wilson_interval"]
+           "word_share", "wilson_interval"]
 
 TOPICS = ["World", "Sports", "Business", "Sci/Tech"]  # AG News' classes, in label order
 TASKS = ("topic", "headline")
@@ -74,7 +75,7 @@ _NEWS_WORDS = 24
 _HEADLINE_REQUEST = "Write a headline about {topic}."
 # Bump when the template, the tokenizer or the pre-training change what a cached base model would
 # be (ASSISTANT_VERSION), or the instructions or SFT change the chat model (INSTRUCTIONS_VERSION).
-ASSISTANT_VERSION = 2
+ASSISTANT_VERSION = 3
 INSTRUCTIONS_VERSION = 3
 _TOPIC_WORDS = {"World": "world news", "Sports": "sports", "Business": "business", "Sci/Tech": "science and technology"}
 
@@ -82,7 +83,7 @@ _TOPIC_WORDS = {"World": "world news", "Sports": "sports", "Business": "business
 @dataclass
 class AssistantConfig:
     """The Llama model's size (``transformers.LlamaConfig`` fields)."""
-    vocab_size: int = 1024        # BPE tokens learned from the text; the chat tokens come on top
+    vocab_size: int = 2048        # BPE tokens learned from the text; the chat tokens come on top
     hidden_size: int = 128
     intermediate_size: int = 384
     num_hidden_layers: int = 3
@@ -126,7 +127,7 @@ class ChatSettings(_Schedule):
 # The tokenizer
 # ---------------------------------------------------------------------------------------
 
-def make_tokenizer(text: str | None = None, vocab_size: int = 1024, context: int = 128):
+def make_tokenizer(text: str | None = None, vocab_size: int = 2048, context: int = 128):
     """The course BPE (learned from ``text``, default the AG News training articles) as a
     ``PreTrainedTokenizerFast`` with the chat tokens and ``CHAT_TEMPLATE``."""
     from transformers import PreTrainedTokenizerFast
@@ -562,3 +563,25 @@ def topic_accuracy(model, tokenizer, pairs: list[dict] | None = None, n: int | N
     correct = sum(a == p["label"] for a, p in zip(got, pairs))
     return {"correct": correct, "n": len(pairs), "accuracy": correct / len(pairs),
             "interval": wilson_interval(correct, len(pairs)), "chance": 1 / len(TOPICS), "answers": got}
+
+
+def word_share(model, tokenizer, n_prompts: int = 40, max_new_tokens: int = 24, temperature: float = 0.8) -> dict:
+    """Whether the model writes words: the share of the words (runs of letters) in its
+    continuations of held-out article starts (the first three words of the first ``n_prompts``
+    AG News test articles, sampled at ``temperature``, seeds 0, 1, ...) that occur somewhere in
+    the course's AG News text.  An invented word ("Crension") counts against it, a real word the
+    articles never use too, so it is a floor on how much of the text a reader recognises:
+    ``{"share", "words", "known", "samples", "counts"}`` (``samples``: prompt -> continuation;
+    ``counts``: (known, words) of each continuation, in the prompts' order, for an interval that
+    resamples whole continuations)."""
+    corpus = ag_news_corpus()
+    vocabulary = set(re.findall(r"[a-z]+", (corpus["train"] + corpus["val"]).lower()))
+    starts = [" ".join(line.split()[:3]) for line in corpus["val"].splitlines()[:n_prompts]]
+    samples, counts = {}, []
+    for seed, start in enumerate(starts):
+        text = continue_text(model, tokenizer, start, max_new_tokens, temperature, seed)
+        words = re.findall(r"[a-z]+", text.lower())
+        counts.append((sum(w in vocabulary for w in words), len(words)))
+        samples[start] = text
+    known, total = sum(k for k, _ in counts), sum(n for _, n in counts)
+    return {"share": known / max(1, total), "words": total, "known": known, "samples": samples, "counts": counts}
