@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import resource
+import subprocess
 import sys
 import tempfile
 import threading
@@ -116,19 +116,29 @@ def measure(n: int, workers: int, sandbox: str) -> tuple[float, MemorySampler, b
 
 
 def measure_fake(n: int, workers: int) -> dict:
-    """``n`` submissions judged by the fake backend in a fresh process: s/submission and that
-    process's peak RSS (a process of its own, so an earlier size's heap does not count)."""
-    probe = ("import json, resource, sys; sys.path[:0] = sys.argv[3:]; import fakebackend\n"
-             "class Forgetful(fakebackend.FakeBackend):  # the tests' fake keeps every batch; a grader does not\n"
-             "    def judge(self, batch):\n        out = super().judge(batch); self.batches.clear(); return out\n"
-             "fakebackend.install(None, Forgetful()); "
-             "import grading_scale as g; per, mem, ok = g.measure(int(sys.argv[1]), int(sys.argv[2]), 'off'); "
-             "print(json.dumps({'per': per, 'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'ok': ok}))")
-    here = Path(__file__).resolve().parent
+    """``n`` submissions judged by the fake backend in a fresh process (this script with
+    ``--fake-child``): s/submission and that process's peak RSS, which an earlier size's heap
+    does not inflate."""
     env = {**os.environ, "COURSE_TEST_RELEASES": os.environ.get("COURSE_TEST_RELEASES") or tempfile.mkdtemp()}
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe, str(n), str(workers), str(here),
-                          str(ROOT / "tests"), str(ROOT)], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-W", "ignore", __file__, "--fake-child", str(n), "--workers", str(workers)],
+                         capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _fake_child(n: int, workers: int) -> None:
+    import fakebackend
+
+    class Forgetful(fakebackend.FakeBackend):
+        """The tests' fake keeps every batch for its assertions; a grader does not."""
+
+        def judge(self, batch):
+            out = super().judge(batch)
+            self.batches.clear()
+            return out
+
+    fakebackend.install(None, Forgetful())
+    per, _, ok = measure(n, workers, "off")
+    print(json.dumps({"per": per, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "ok": ok}))
 
 
 def main() -> None:
@@ -139,7 +149,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="measurements per n")
     ap.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--fake", action="store_true", help="the grader alone: a kernel-free fake judge")
+    ap.add_argument("--fake-child", type=int, metavar="N", help=argparse.SUPPRESS)  # one size, in measure_fake's process
     args = ap.parse_args()
+    if args.fake_child:
+        return _fake_child(args.fake_child, args.workers)
     sizes = [20, 60] if args.quick else args.n
     if args.fake:
         print(f"the grader alone (fake judge), each size in a fresh process; workers: {args.workers}")
