@@ -618,6 +618,8 @@ def test_instruction_page_checks_the_held_out_answer_loss_and_reads_the_accuracy
     says_ = ns["accuracy_says"](run_(0.16, 0.32), run_(0.0, 0.04))
     assert "is at chance and the all-token run's below chance" in says_ and says_.endswith("do not overlap")
     assert ns["accuracy_says"](run_(0.26, 0.45), run_(0.17, 0.33)).endswith("intervals overlap")
+
+
 # ------------------------------------------------------------------ Part VII: quantisation and evaluation
 QUANTISATION, EVALUATION, SCALE_ARITHMETIC = "18_quantisation.ipynb", "19_evaluation.ipynb", "10_scale_arithmetic.ipynb"
 
