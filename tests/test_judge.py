@@ -386,6 +386,27 @@ def test_replays_count_against_the_notebook_limit(tmp_path):
     assert [c.outputs[0]["evalue"] for c in nb.cells[-2:]] == ["not run: the notebook's time limit was reached"] * 2
 
 
+def test_an_interrupted_kernel_is_killed_once_its_grace_is_over(monkeypatch):
+    """A cell's watch interrupts the kernel at the deadline and kills it only after the session's
+    grace (the ``interrupt_grace`` setting), not after a grace of its own."""
+    from types import SimpleNamespace
+
+    from autograder.judge import kernel
+
+    now = [100.0]
+    monkeypatch.setattr(kernel, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    done = []
+    session = SimpleNamespace(grace=3, alive=lambda: True, stop=lambda: done.append("stopped"),
+                              km=SimpleNamespace(interrupt_kernel=lambda: done.append("interrupted")))
+    watch = kernel._Watch(session, timeout=5)
+    seen = []
+    for t in (104.0, 105.5, 107.0, 108.4, 108.6):
+        now[0] = t
+        seen.append(watch.check())
+    assert seen == [None, "interrupted", None, None, "killed"], seen
+    assert done == ["interrupted", "stopped"]
+
+
 # ------------------------------------------------------------------------------ reading the source
 
 def test_source_view_follows_aliases_helpers_and_defaults():
@@ -555,9 +576,9 @@ def test_a_test_has_one_clock_for_its_requests_and_its_own_work(tmp_path):
     assert got["honest"] == (True, ""), got
     assert got["trickle"] == (False, "stopped: the test ran longer than 3 s"), got
     assert got["own"] == (False, "stopped: the test ran longer than 3 s"), got
-    slow = "assert sum(student.trickle(30, 0.8)) == 435"  # 24 s, past the notebook's 15
+    slow = "assert sum(student.trickle(30, 0.8)) == 435"  # 24 s, past the notebook's 10
     got = _judged(tmp_path, {"trickle": slow}, Limits(seconds=600, items=10_000, mb=1024, memory_mb=0),
-                  timeout=20, notebook_timeout=15)
+                  timeout=20, notebook_timeout=10)
     assert got["trickle"] == (False, "stopped: the notebook's time limit was reached during this test"), got
 
 

@@ -294,6 +294,6 @@ def test_plain_nbgrader_autograde_takes_the_assignments_settings_from_course_yml
     ex = JudgedExecute()
     ex._configure("finetune")
     spec = load(ROOT).assignment("finetune")
-    assert (ex.timeout, ex.notebook_timeout, ex.kernel_env) == \
-        (spec.grading.cell_timeout, spec.grading.notebook_timeout, spec.grading.env)
+    assert (ex.timeout, ex.notebook_timeout, ex.interrupt_grace, ex.kernel_env) == \
+        (spec.grading.cell_timeout, spec.grading.notebook_timeout, spec.grading.interrupt_grace, spec.grading.env)
     assert ex.limits.memory_mb == spec.grading.test_memory_mb and ex.context == list(spec.judge_context)

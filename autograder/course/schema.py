@@ -57,6 +57,8 @@ SETTINGS: tuple[Setting, ...] = (
             flag="--cell-timeout", minimum=1),
     Setting("notebook_timeout", int, 1800, "seconds per notebook: kernel starts, cells, tests and replays together",
             flag="--notebook-timeout", minimum=1),
+    Setting("interrupt_grace", int, 10, "seconds a kernel interrupted at a time limit has to stop before it is killed",
+            flag="--interrupt-grace", minimum=1),
     Setting("memory_mb", int, 8192, "memory limit per kernel in MiB: its address space, or its data segment when "
                                     "the kernels get the GPU", flag="--memory-mb", minimum=1, kernel=True),
     Setting("tmp_mb", int, 512, "MiB of a kernel's /tmp and /dev/shm (held in memory)", flag="--tmp-mb",

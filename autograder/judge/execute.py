@@ -65,6 +65,8 @@ class JudgedExecute(NbGraderPreprocessor):
     enabled = Bool(True)
     timeout = Integer(Grading().cell_timeout, help="seconds per cell (and per request a test makes)")
     notebook_timeout = Integer(Grading().notebook_timeout, help="seconds for the whole notebook")
+    interrupt_grace = Integer(Grading().interrupt_grace, help="seconds an interrupted kernel has to stop before it "
+                                                              "is killed")
     kernel_name = Unicode("course-sandbox").tag(config=True)
     extra_arguments = List(["--HistoryManager.hist_file=:memory:"]).tag(config=True)
     ipc = Bool(True, help="talk to the kernel over IPC sockets (no network in the sandbox)")
@@ -97,7 +99,7 @@ class JudgedExecute(NbGraderPreprocessor):
         if zygote is not None:
             env["COURSE_SANDBOX_ZYGOTE"] = str(zygote / "z.sock")
         return KernelSession(self.kernel_name, scratch / "work", env=env, extra_arguments=self._kernel_args(),
-                             ipc=self.ipc, copy=copy, conn_base=zygote)
+                             ipc=self.ipc, copy=copy, conn_base=zygote, grace=self.interrupt_grace)
 
     def _ensure_zygote(self, base: Path) -> None:
         """Start this process's zygote for these settings (or keep the one running), when the
@@ -184,12 +186,14 @@ class JudgedExecute(NbGraderPreprocessor):
         if not self.job:
             s = GradingSettings.for_assignment(load().assignment(assignment), bwrap=sandbox.bwrap_works())
             self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
+            self.interrupt_grace = s.interrupt_grace
             self.kernel_env, self.context = dict(s.env), list(s.judge_context)
             self.limits = Limits.of(s)
             return
         job = Job.load(Path(self.job))
         s = job.settings
         self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
+        self.interrupt_grace = s.interrupt_grace
         self.ipc, self.device, self.kernel_env, self.context = s.bwrap, s.device, dict(s.env), list(s.judge_context)
         self.scratch_dir, self.status_dir = str(job.scratch_dir), str(job.folder / "status")
         self.limits = Limits.of(s)

@@ -65,9 +65,8 @@ class CellRun:
 
 class _Watch:
     """The time limit of one execution: past ``timeout`` the kernel is interrupted; if it is
-    still busy 10 s later it is killed; once a second, whether it is still alive."""
-
-    GRACE = 10
+    still busy the session's ``grace`` seconds later (the ``interrupt_grace`` setting) it is
+    killed; once a second, whether it is still alive."""
 
     def __init__(self, session: "KernelSession", timeout: float):
         self.session, self.deadline = session, time.monotonic() + timeout
@@ -83,7 +82,7 @@ class _Watch:
             with contextlib.suppress(Exception):
                 self.session.km.interrupt_kernel()
             return "interrupted"
-        if self.interrupted_at is not None and now - self.interrupted_at > self.GRACE:
+        if self.interrupted_at is not None and now - self.interrupted_at > self.session.grace:
             self.session.stop()
             return "killed"
         if now - self.last_alive > 1:
@@ -98,8 +97,9 @@ class KernelSession:
 
     def __init__(self, kernel_name: str, workdir: Path, env: dict,
                  extra_arguments: list[str] | None = None, ipc: bool = True, startup_timeout: float = 120,
-                 copy: Path | None = None, conn_base: Path | None = None):
+                 copy: Path | None = None, conn_base: Path | None = None, grace: float = 10):
         self.kernel_name, self.workdir = kernel_name, Path(workdir)
+        self.grace = grace  # seconds an interrupted kernel has to stop before it is killed
         self.conn_base = conn_base  # where connection folders go (a zygote's folder); default /tmp
         self.env, self.extra_arguments, self.ipc = dict(env), list(extra_arguments or []), ipc
         self.startup_timeout, self.copy = startup_timeout, copy
