@@ -185,17 +185,14 @@ class JudgedExecute(NbGraderPreprocessor):
         a plain ``nbgrader autograde``, with no job, takes the course's settings for the assignment."""
         if not self.job:
             s = GradingSettings.for_assignment(load().assignment(assignment), bwrap=sandbox.bwrap_works())
-            self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
-            self.interrupt_grace = s.interrupt_grace
-            self.kernel_env, self.context = dict(s.env), list(s.judge_context)
-            self.limits = Limits.of(s)
-            return
-        job = Job.load(Path(self.job))
-        s = job.settings
+        else:
+            job = Job.load(Path(self.job))
+            s = job.settings
+            self.ipc, self.device = s.bwrap, s.device
+            self.scratch_dir, self.status_dir = str(job.scratch_dir), str(job.folder / "status")
         self.timeout, self.notebook_timeout, self.max_restarts = s.cell_timeout, s.notebook_timeout, s.max_restarts
         self.interrupt_grace = s.interrupt_grace
-        self.ipc, self.device, self.kernel_env, self.context = s.bwrap, s.device, dict(s.env), list(s.judge_context)
-        self.scratch_dir, self.status_dir = str(job.scratch_dir), str(job.folder / "status")
+        self.kernel_env, self.context = dict(s.env), list(s.judge_context)
         self.limits = Limits.of(s)
 
     def preprocess(self, nb, resources):

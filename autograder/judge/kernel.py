@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from autograder.course.schema import BY_NAME
 from autograder.isolation.scratch import process_folder, remove_tree
 from coursekit.remote.client import callback_error, callback_parts
 from coursekit.remote.codec import (CALLBACK_PREFIX, MAX_HEADER_BYTES, MAX_NODES, MAX_TENSOR_BYTES, REPLY_MSG, ProtocolError,
@@ -97,7 +98,8 @@ class KernelSession:
 
     def __init__(self, kernel_name: str, workdir: Path, env: dict,
                  extra_arguments: list[str] | None = None, ipc: bool = True, startup_timeout: float = 120,
-                 copy: Path | None = None, conn_base: Path | None = None, grace: float = 10):
+                 copy: Path | None = None, conn_base: Path | None = None,
+                 grace: float = BY_NAME["interrupt_grace"].default):
         self.kernel_name, self.workdir = kernel_name, Path(workdir)
         self.grace = grace  # seconds an interrupted kernel has to stop before it is killed
         self.conn_base = conn_base  # where connection folders go (a zygote's folder); default /tmp
