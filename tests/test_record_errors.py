@@ -178,3 +178,41 @@ def test_grade_says_which_recorded_database_it_reuses_or_replaces(recorded, tmp_
     assert f"gradebook: {other} from --db-url, in place of {url} recorded in {grading / 'gradebook.url'}" in out.err
     assert note not in out.out + out.err
     assert (grading / "gradebook.url").read_text().strip() == other
+
+
+READ_URLS = """
+import sys
+from pathlib import Path
+from autograder.course.paths import GradingPaths
+paths, seen = GradingPaths(Path(sys.argv[1])), set()
+print("reading", flush=True)
+while not Path(sys.argv[2]).exists():
+    seen.add(paths.gradebook_url)
+print(sorted(seen))
+"""
+
+
+def test_a_command_reading_the_recorded_database_never_finds_it_half_written(tmp_path):
+    """grade --db-url records its URL while another run of the folder reads it (CI saw a run read an
+    empty gradebook.url and give nbgrader an empty database URL): a reader sees the URL, whole."""
+    import os
+    import subprocess
+    import sys
+
+    from autograder.course.paths import GradingPaths
+    from conftest import ROOT
+
+    grading, done = tmp_path / "grading", tmp_path / "done"
+    url = "postgresql://grader@/course?host=/tmp/pg&port=5432"
+    GradingPaths(grading).record_url(url)
+    reader = subprocess.Popen([sys.executable, "-c", READ_URLS, str(grading), str(done)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert reader.stdout.readline().strip() == "reading"
+        for _ in range(3000):  # the same URL again, as every run of a class given --db-url records it
+            GradingPaths(grading).record_url(url)
+            GradingPaths(grading).record_url(url.replace("5432", "5433"))  # and another one
+    finally:
+        done.touch()
+        seen = reader.communicate(timeout=60)[0].strip()
+    assert seen in (str(sorted({url, url.replace("5432", "5433")})), str([url])), seen

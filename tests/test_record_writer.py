@@ -181,7 +181,7 @@ def fake_pairs_at_once(tmp: Path, url: str, pairs: int = PAIRS, driver: str = FA
         for p in procs:
             out, err = p.communicate(timeout=600)
             if p.returncode != 0:
-                failed.append(f"pair {i}: exit {p.returncode}: {err[-800:]}")
+                failed.append(f"pair {i}: exit {p.returncode}: {err[-2500:]}")
     with open(grading / "reports" / "attention" / "grades.csv", newline="") as fh:
         rows = {r["student_id"]: (r["status"], r["total"]) for r in csv.DictReader(fh)}
     codes = {}

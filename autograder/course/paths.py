@@ -61,9 +61,18 @@ class GradingPaths:
 
     def record_url(self, url: str | None) -> str:
         """Record ``url`` (when given) as this folder's gradebook; returns the URL in use."""
-        if url:
+        recorded = self.root / URL_FILE
+        if url and not (recorded.exists() and recorded.read_text().strip() == url.strip()):
+            # written beside it and renamed into place: another command of the folder reading it
+            # meanwhile (a run waiting for the writer lock records its --db-url too) finds the old
+            # URL or the new one, whole, never an empty file
             self.root.mkdir(parents=True, exist_ok=True)
-            (self.root / URL_FILE).write_text(url.strip() + "\n")
+            tmp = recorded.with_name(f".{URL_FILE}.new-{os.getpid()}-{os.urandom(4).hex()}")
+            try:
+                tmp.write_text(url.strip() + "\n")
+                os.replace(tmp, recorded)
+            finally:
+                tmp.unlink(missing_ok=True)
         return self.gradebook_url
 
     # folders --------------------------------------------------------------------------
