@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import sys
 import uuid
@@ -150,24 +151,31 @@ class _Writer:
 
     def __enter__(self):
         from autograder.records.files import recover
-        from autograder.records.writer import RecordBusy, writing
+        from autograder.records.gradebook import db_url, shown
+        from autograder.records.writer import RecordBusy, using_database, writing
 
-        self._cm = writing(self.url, self.args.assignment, f"{self.command} {self.args.assignment}",
-                           wait=getattr(self.args, "wait", False))
+        grading = _grading_dir(self.args).resolve()
+        self._stack = contextlib.ExitStack()
         try:
-            held = self._cm.__enter__()
-        except RecordBusy as exc:
-            raise CliError(str(exc)) from None
-        try:  # a command killed half way through a change of this record: completed or rolled back
-            for line in recover(_grading_dir(self.args).resolve(), self.url, self.args.assignment):
+            # the folder's database stays this one until the command ends (a grade --db-url waits)
+            if self._stack.enter_context(using_database(grading)) != self.url:
+                raise CliError(f"the database of the grading folder {grading} changed as this command started "
+                               f"(to {shown(db_url(grading))}); run it again")
+            try:
+                self._stack.enter_context(writing(self.url, self.args.assignment, f"{self.command} "
+                                                  f"{self.args.assignment}", wait=getattr(self.args, "wait", False)))
+            except RecordBusy as exc:
+                raise CliError(str(exc)) from None
+            # a command killed half way through a change of this record: completed or rolled back
+            for line in recover(grading, self.url, self.args.assignment):
                 print(line, file=sys.stderr)
         except BaseException:
-            self._cm.__exit__(*sys.exc_info())
+            self._stack.__exit__(*sys.exc_info())
             raise
-        return held
+        return self
 
     def __exit__(self, *exc):
-        return self._cm.__exit__(*exc)
+        return self._stack.__exit__(*exc)
 
 
 def _reachable_gradebook(grading: Path) -> str:

@@ -200,3 +200,50 @@ def test_pairs_of_grade_runs_started_together_lose_and_swap_no_grade(tmp_path, u
     assert rows == expected
     assert all(found == {sid} for sid, found in codes.items()), \
         {sid: found for sid, found in codes.items() if found != {sid}}
+
+
+# -------------------------------------------------------- one database per grading folder at a time
+
+IN_FOLDER = """
+import sys, time
+from pathlib import Path
+from autograder.records.writer import using_database
+with using_database(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_run_cannot_change_the_database_of_a_folder_another_command_works_in(tmp_path, capsys, monkeypatch):
+    """While a command works in a grading folder (with its database), grade --db-url naming another
+    database refuses with one line (exit 2) and the folder keeps its database; the same database, or
+    none named, is no change; with --wait the change waits for that command to end."""
+    from autograder.course.paths import GradingPaths
+
+    fakebackend.install(monkeypatch)  # judged without kernels
+    grading, subs = tmp_path / "grading", tmp_path / "subs"
+    subs.mkdir()
+    (subs / "s1_attention.ipynb").write_bytes(fakebackend.submission("s1", 1.0))
+    (grading / "runs").mkdir(parents=True)
+    ours, other = f"sqlite:///{grading / 'gradebook.db'}", f"sqlite:///{tmp_path / 'other.db'}"
+    proc = subprocess.Popen([sys.executable, "-c", IN_FOLDER, str(grading), "4"], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert cli(["grade", "attention", str(subs), "--grading-dir", str(grading), "--db-url", other]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "another command works in the grading folder" in err and "--wait" in err, err
+        assert GradingPaths(grading).gradebook_url == ours and not (grading / "gradebook.url").exists()
+        for same in ([], ["--db-url", ours]):  # no change of database: nothing to wait for
+            capsys.readouterr()
+            assert cli(["grade", "attention", str(subs), "--grading-dir", str(grading), *same]) == 0
+            assert "another command works" not in capsys.readouterr().err
+        assert proc.poll() is None  # all of that while the other command still worked
+        start = time.monotonic()
+        assert cli(["grade", "attention", str(subs), "--grading-dir", str(grading), "--db-url", other, "--wait"]) == 0
+        assert proc.poll() is not None and time.monotonic() - start > 1
+        assert GradingPaths(grading).gradebook_url == other
+        assert "waiting for the other commands in the grading folder" in capsys.readouterr().err
+    finally:
+        proc.kill()
+        proc.wait()

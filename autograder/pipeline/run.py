@@ -24,6 +24,8 @@ commit nothing of the run is in the record; after it, the run is, and the export
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import time
 import uuid
@@ -41,7 +43,7 @@ from autograder.course.settings import GradingSettings
 from autograder.isolation.scratch import OWNER, remove_tree
 from autograder.records import classrecord, gradebook
 from autograder.records.files import disk_line, held_interrupt, recover
-from autograder.records.writer import RecordBusy, writing
+from autograder.records.writer import DatabaseInUse, RecordBusy, using_database, writing
 
 from . import stages
 from .chain import RunContext
@@ -64,27 +66,29 @@ def grade(assignment: str, submissions: Path, out_dir: Path | None = None,
     """Autograde every file in ``submissions`` (a folder, or a Canvas/Moodle zip) into the class
     record and write grades, feedback and plots.  Raises GradingError (one line; nothing of the
     record changed) when the run cannot grade: an unknown assignment, the wrong zip, a broken
-    sandbox, an unreachable database, another command changing the assignment's record (unless
-    ``wait``: then it waits for that one, ``autograder.records.writer``)."""
-    try:
-        ctx = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
-                       missing, settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
-                                                 workers=workers, sandbox=use_sandbox, memory_mb=memory_mb,
-                                                 cluster=cluster))
-    except OSError as exc:  # a full disk before the run could start: one line
-        where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path(grading_dir or "grading")
-        raise GradingError(disk_line(exc, where, stages.NOTHING_REACHED)) from None
-    try:
+    sandbox, an unreachable database, another command changing the assignment's record, or (with a
+    ``db_url`` that is not the folder's database) any other command working in the grading folder
+    (unless ``wait``: then it waits for those, ``autograder.records.writer``)."""
+    with contextlib.ExitStack() as holding:  # the folder's database, held until the run ends (records.writer)
         try:
-            with writing(ctx.url, assignment, f"grade {assignment}", wait=wait):
-                # a command killed half way through a change of this record: its files completed or removed
-                recovered = recover(ctx.paths.root, ctx.url, assignment)
-                return run_stages(replace(ctx, warnings=ctx.warnings + tuple(recovered)))
-        except RecordBusy as exc:
-            raise GradingError(str(exc)) from None
-    finally:
-        if not envvars.get("COURSE_KEEP_WORKERS"):  # keep the run's folder to debug a run
-            remove_tree(ctx.folder)
+            ctx = open_run(assignment, Path(submissions), out_dir, grading_dir, root, roster, add_students, db_url,
+                           missing, settings or dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
+                                                     workers=workers, sandbox=use_sandbox, memory_mb=memory_mb,
+                                                     cluster=cluster), holding, wait)
+        except OSError as exc:  # a full disk before the run could start: one line
+            where = Path(exc.filename).parent if isinstance(exc.filename, str) else Path(grading_dir or "grading")
+            raise GradingError(disk_line(exc, where, stages.NOTHING_REACHED)) from None
+        try:
+            try:
+                with writing(ctx.url, assignment, f"grade {assignment}", wait=wait):
+                    # a command killed half way through a change of this record: its files completed or removed
+                    recovered = recover(ctx.paths.root, ctx.url, assignment)
+                    return run_stages(replace(ctx, warnings=ctx.warnings + tuple(recovered)))
+            except RecordBusy as exc:
+                raise GradingError(str(exc)) from None
+        finally:
+            if not envvars.get("COURSE_KEEP_WORKERS"):  # keep the run's folder to debug a run
+                remove_tree(ctx.folder)
 
 
 def run_stages(ctx: RunContext) -> Report:
@@ -114,8 +118,11 @@ def run_stages(ctx: RunContext) -> Report:
 
 
 def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, roster: Path | None,
-             add_students: bool, db_url: str | None, missing: str | None, settings) -> RunContext:
-    """Everything a run needs before its first stage; refuses (GradingError) before anything is written."""
+             add_students: bool, db_url: str | None, missing: str | None, settings,
+             holding: contextlib.ExitStack, wait: bool = False) -> RunContext:
+    """Everything a run needs before its first stage; refuses (GradingError) before anything is
+    written.  ``holding`` keeps the grading folder's database (``records.writer.using_database``,
+    which also makes ``db_url`` the folder's database) until the caller's block ends."""
     from autograder.backends import backend_for
 
     try:
@@ -133,7 +140,16 @@ def open_run(assignment: str, source: Path, out_dir, grading_dir, root: Path, ro
         raise GradingError(str(exc)) from None
     given, table = read_roster_file(roster, assignment, with_table=True) if roster is not None else (None, None)
     reused = None if db_url else gradebook.reused_url_note(paths.root)
-    paths.record_url(db_url)
+    try:
+        held = holding.enter_context(using_database(paths.root, db_url, wait=wait))
+    except DatabaseInUse as exc:
+        raise GradingError(str(exc)) from None
+    if held != url:  # another command changed the folder's database a moment ago: this run uses the new one
+        try:
+            gradebook.check_reachable(held)
+        except gradebook.GradebookUnreachable as exc:
+            raise GradingError(str(exc)) from None
+        url = held
     out = Path(out_dir).resolve() if out_dir else paths.reports(assignment)
     warnings = [reused] if reused else []
     canvas_column = None

@@ -19,6 +19,13 @@ The lock is released when its process ends, however it ends, on SQLite and Postg
   yet noticed dead) is taken over (``pg_terminate_backend``) with a line saying so.
 
 The lock is re-entrant within one thread (``undo`` rebuilds the exports under its own lock).
+
+A grading folder has one database at a time (``gradebook.db``, or the one ``grade --db-url``
+recorded in ``gradebook.url``): a ``grade`` run holds the folder's database (``using_database``: a
+shared ``flock`` on ``runs/.database.lock``) from before it reads it until it ends, and a ``grade
+--db-url`` that names another database changes it only while no other command holds it (an exclusive
+``flock``): it refuses with one line (``DatabaseInUse``), or with ``--wait`` waits.  Otherwise a run
+would commit to one database and export its files from the other.
 """
 from __future__ import annotations
 
@@ -36,7 +43,8 @@ import time
 import zlib
 from pathlib import Path
 
-from autograder.course.paths import sqlite_path
+from autograder.course.paths import GradingPaths, sqlite_path
+from autograder.records.gradebook import shown
 
 # Imports inside functions: SQLAlchemy is imported where a PostgreSQL lock is taken: a SQLite record (a lock
 # file) never loads it.
@@ -53,6 +61,15 @@ class RecordBusy(RuntimeError):
         super().__init__(f"the class record of {assignment} is being changed by another command: {holder}; "
                          f"run this one again when it has finished, or with --wait to wait for it")
         self.assignment, self.holder = assignment, holder
+
+
+class DatabaseInUse(RuntimeError):
+    """Another command works in the grading folder: its database cannot change now (one line)."""
+
+    def __init__(self, root: Path, url: str):
+        super().__init__(f"another command works in the grading folder {root} with its database "
+                         f"{shown(GradingPaths(root).gradebook_url)}: --db-url {shown(url)} would change it under "
+                         "that command; run this one again when it has finished, or with --wait to wait for it")
 
 
 def _me(command: str) -> dict:
@@ -127,6 +144,42 @@ def holder(url: str, assignment: str) -> dict | None:
         return lock.holder()
     finally:
         lock.close()
+
+
+@contextlib.contextmanager
+def using_database(root: Path, url: str | None = None, wait: bool = False, say=_say):
+    """Hold the database of the grading folder ``root`` while the block runs (other commands hold
+    it beside this one); yields its URL.  With ``url`` naming another database than the folder's,
+    first make that one the folder's database: only while no other command holds it (else
+    DatabaseInUse; with ``wait``, says once that it waits, and waits)."""
+    paths = GradingPaths(Path(root))
+    lock = paths.runs / ".database.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        waited = False
+        # (asked again while waiting: a run started beside this one may make the same change first)
+        while url and url.strip() != paths.gradebook_url:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while another command writes the folder's URL
+                if url.strip() == paths.gradebook_url:
+                    break  # that command made this very change
+                if not wait:
+                    raise DatabaseInUse(paths.root, url) from None
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                if not waited:
+                    say(f"waiting for the other commands in the grading folder {paths.root} to finish before "
+                        "changing its database (Ctrl-C stops waiting; nothing is written meanwhile)")
+                    waited = True
+                time.sleep(POLL_S)
+                continue
+            paths.record_url(url)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # from exclusive to shared, or shared beside the others
+        yield paths.gradebook_url
+    finally:
+        os.close(fd)  # gives the lock back (and so does the process's end, however it ends)
 
 
 # ----------------------------------------------------------------------------- SQLite: a lock file
