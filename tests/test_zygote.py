@@ -190,6 +190,37 @@ def test_stopping_a_session_kills_its_forked_kernel(grader):
     assert len(_descendants(zygote)) == idle
 
 
+def test_a_session_stops_its_kernel_without_waiting_on_a_poll(grader, monkeypatch):
+    """stop() kills the kernel's launcher and reaps it at once: jupyter_client's own shutdown
+    polls the process every 0.1 s (asleep in between), which stop() no longer reaches."""
+    import asyncio
+
+    import jupyter_client.manager
+    import jupyter_client.provisioning.local_provisioner as local
+
+    je, base, shared = grader
+    je._ensure_zygote(base)
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def counted(delay, *args, **kwargs):
+        slept.append(delay)
+        return await real_sleep(delay, *args, **kwargs)
+
+    for module in (jupyter_client.manager, local):
+        monkeypatch.setattr(module.asyncio, "sleep", counted)
+    for i in range(3):
+        scratch = base / f"stop{i}"
+        scratch.mkdir()
+        session = je._session(scratch, None)
+        session.start()
+        launcher = session.km.provisioner.process
+        slept.clear()
+        session.stop()
+        assert launcher.poll() is not None and session.km is None  # gone, and reaped
+        assert not [d for d in slept if d >= 0.05], slept
+
+
 def test_the_zygote_has_imported_what_a_kernel_imports_as_it_starts(tmp_path):
     """A kernel forked from the zygote imports nothing heavy of its own before its first cell: what
     ipykernel's start-up imports (its debugger brings debugpy) is in ``zygote.KERNEL_MODULES``,
