@@ -135,7 +135,7 @@ session.start()
 session.execute(f"""
 import torch
 from safetensors.torch import save
-def _forged(token, payload):
+def _forged(token):
     k = get_ipython().kernel
     parent = k.get_parent("shell")
     if {kind!r} == "json":      # one huge structure
@@ -317,7 +317,7 @@ def test_a_kernel_that_lies_about_its_replies_gets_a_protocol_error(kernel):
     session, remote = kernel
     session.execute("__saved_server__ = __course_judge__\n"
                     "class _Liar:\n"
-                    "    def handle(self, token, payload):\n"
+                    "    def handle(self, token):\n"
                     "        print('all tests passed')\n"
                     "__course_judge__ = _Liar()", timeout=30)
     try:
