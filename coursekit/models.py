@@ -24,8 +24,6 @@ import os
 import shutil
 import tempfile
 import threading
-import urllib.error
-import urllib.request
 import warnings
 from pathlib import Path
 
@@ -34,6 +32,8 @@ from . import envvars
 # Imports inside functions: torch, transformers and safetensors are imported where a model or tokenizer is
 # built: the grader's kernel launcher and an assignment without torch import this module for its cache
 # folders.
+# urllib is imported by the hub's probe (~10 ms otherwise at every import of this module, the grader's
+# launcher of each student's kernel among them).
 
 __all__ = [
     "ModelUnavailableError", "model_source", "hub_reachable", "course_cache_dir",
@@ -95,6 +95,9 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         answer = {"ok": False}
 
         def probe():
+            import urllib.error
+            import urllib.request
+
             try:
                 urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
                 answer["ok"] = True

@@ -33,11 +33,12 @@ import re
 import site
 import sys
 import sysconfig
-from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
 
 # Imports inside functions: torchvision is imported by the check it serves (the clash it neutralises);
-# on_colab comes from the package, which imports this module (an import cycle).
+# on_colab comes from the package, which imports this module (an import cycle); importlib.metadata
+# (~17 ms) where a version is named: every process that imports coursekit imports this module,
+# the grader's launcher of each student's kernel among them.
 
 __all__ = ["install", "applied", "environment_problem"]
 
@@ -56,6 +57,8 @@ def _note(line: str) -> None:
 
 
 def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(dist)
     except PackageNotFoundError:
@@ -193,6 +196,8 @@ def _installed_library(filename: str) -> str | None:
 
 
 def _distribution(module: str) -> str:
+    from importlib.metadata import packages_distributions
+
     try:
         return (packages_distributions().get(module) or [module])[0]
     except Exception:  # noqa: BLE001 - broken metadata of some other package

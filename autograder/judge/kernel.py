@@ -23,8 +23,8 @@ import nbformat
 from autograder.course.schema import BY_NAME
 from autograder.isolation.scratch import process_folder, remove_tree
 from coursekit.remote.client import callback_error, callback_parts
-from coursekit.remote.codec import (CALLBACK_PREFIX, COURSE_PAYLOAD, MAX_HEADER_BYTES, MAX_NODES, MAX_TENSOR_BYTES,
-                                   REPLY_MSG, ProtocolError, RemoteTimeout)
+from coursekit.remote.codec import (CALLBACK_PREFIX, MAX_HEADER_BYTES, MAX_NODES, MAX_TENSOR_BYTES, REPLY_MSG,
+                                   REQUEST_KEY, ProtocolError, RemoteTimeout)
 
 # Imports inside functions: jupyter_client and zmq are imported when a kernel is started or spoken to: the
 # modules that import this one for its constants and exceptions (the budget, the runner) do not load them.
@@ -396,7 +396,7 @@ class KernelSession:
         # and compiles in microseconds, where a payload of a few KB took ~0.5 ms
         content = {"code": f"__course_judge__.handle({token!r})", "silent": True, "store_history": False,
                    "user_expressions": {}, "allow_stdin": True, "stop_on_error": False}
-        msg = self.kc.session.msg("execute_request", content, metadata={COURSE_PAYLOAD: payload})
+        msg = self.kc.session.msg("execute_request", content, metadata={REQUEST_KEY: payload})
         self.kc.shell_channel.send(msg)
         msg_id = msg["header"]["msg_id"]
         watch = _Watch(self, timeout)

@@ -28,7 +28,7 @@ MAX_STR = MAX_HEADER_BYTES       # characters in one string
 MAX_REPR = 300
 
 REPLY_MSG = "course_judge_reply"
-COURSE_PAYLOAD = "course_judge_request"  # the metadata key of a request's payload (base64 pickle)
+REQUEST_KEY = "course_judge_request"  # the metadata key of a request's payload (base64 pickle)
 CALLBACK_PREFIX = "course_judge_callback:"
 
 _DTYPES = {  # the dtypes that travel, by name (safetensors supports them all)

@@ -5,7 +5,7 @@ import base64
 import io
 import pickle
 
-from .codec import CALLBACK_PREFIX, COURSE_PAYLOAD, REPLY_MSG, ProtocolError, encode, safe_str, student_exception
+from .codec import CALLBACK_PREFIX, REPLY_MSG, REQUEST_KEY, ProtocolError, encode, safe_str, student_exception
 from .core import Core, changed_positions, find_instances, tensor_args
 
 # Imports inside functions: torch is imported where a tensor is handled, IPython where the kernel is:
@@ -65,11 +65,11 @@ class KernelServer:
 
     def handle(self, token: str) -> None:
         """Answer the request whose execute_request runs this call: its payload is in that
-        message's metadata (``COURSE_PAYLOAD``)."""
+        message's metadata (``REQUEST_KEY``)."""
         parent = self.kernel.get_parent("shell")
         generators: list = []
         try:
-            payload = (parent.get("metadata") or {}).get(COURSE_PAYLOAD)
+            payload = (parent.get("metadata") or {}).get(REQUEST_KEY)
             if not isinstance(payload, str):
                 raise ProtocolError("a request without its payload")
             req = self._unpickler(base64.b64decode(payload), generators).load()
