@@ -175,8 +175,6 @@ class KernelSession:
         """Wait until the launched kernel answers; put the request handler into it, and the
         submission's copy (``copy``, for a kernel launched before its submission was known)
         into its working folder, both before any student code runs.  Raises KernelDied."""
-        import zmq
-
         if copy is not None:
             self.copy = copy
         wait = self.startup_timeout if timeout is None else max(0.5, min(self.startup_timeout, timeout))
