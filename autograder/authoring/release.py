@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import RELEASE_DIR, ROOT, assignments
-from autograder.course.paths import GradingPaths, nbgrader_env
+from autograder.course.paths import GradingPaths, nbgrader_env, write_atomic
 
 from .stamp import stamp
 
@@ -209,13 +209,6 @@ def nbgrader(args: list[str], root: Path = ROOT, grading_dir: Path | None = None
         cmd += paths.nbgrader_flags()
     kw.setdefault("env", nbgrader_env())
     return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` by a rename: a reader sees the old file or the new one, whole."""
-    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _remove_leftovers(out_dir: Path, name: str) -> None:

@@ -31,6 +31,17 @@ URL_FILE = "gradebook.url"
 STEPS = ("submitted", "autograded", "feedback")
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` by a rename: a reader sees the old file or the new one, whole (and a
+    write that fails, a full disk, leaves the old one and no half-written file beside it)."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def sqlite_path(url: str) -> Path | None:
     return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
 
@@ -67,12 +78,7 @@ class GradingPaths:
             # meanwhile (a run waiting for the writer lock records its --db-url too) finds the old
             # URL or the new one, whole, never an empty file
             self.root.mkdir(parents=True, exist_ok=True)
-            tmp = recorded.with_name(f".{URL_FILE}.new-{os.getpid()}-{os.urandom(4).hex()}")
-            try:
-                tmp.write_text(url.strip() + "\n")
-                os.replace(tmp, recorded)
-            finally:
-                tmp.unlink(missing_ok=True)
+            write_atomic(recorded, url.strip() + "\n")
         return self.gradebook_url
 
     # folders --------------------------------------------------------------------------

@@ -22,10 +22,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from autograder import RELEASE_DIR, SOURCE_DIR
-from autograder.authoring.release import release, write_atomic
+from autograder.authoring.release import release
 from autograder.course.cells import answers_in, graded_cells, normalised_answer
 from autograder.course.errors import GradingError, StoppedAfterCommit
 from autograder.course.offline_models import warm_models
+from autograder.course.paths import write_atomic
 from autograder.course.settings import GradingSettings
 from autograder.records import classrecord, export as record_exports, gradebook  # tests replace its export()
 from autograder.records.classbook import NO_ANSWER
